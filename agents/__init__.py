@@ -1,0 +1,37 @@
+"""Selection agents (SPEC §4), looked up by name.
+
+``agents.make("afl", spec, seed=0, **params)`` builds any registered agent;
+``@AGENTS.register("name")`` adds one. Every agent answers SB3's
+``predict(obs, state=None, episode_start=None, deterministic=True)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fedsel_env.registry import Registry
+from fedsel_env.spec import SelectionSpec
+
+AGENTS: Registry = Registry("agent")
+
+from .base import SelectionAgent  # noqa: E402
+
+
+def make(name: str, spec: SelectionSpec, seed: Optional[int] = None, **params: Any) -> SelectionAgent:
+    """Build the agent registered as ``name`` for the problem ``spec``.
+
+    :raises ValueError: for an unknown name, a bad parameter, or an unsupported action mode.
+    """
+    cls = AGENTS.lookup(name)
+    try:
+        return cls(spec, seed=seed, **params)
+    except TypeError as e:  # an unknown keyword: say what the agent accepts
+        import inspect
+
+        allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "spec", "seed")]
+        raise ValueError(f"bad parameters {sorted(params)} for agent {name!r}: {e}; allowed: {allowed}") from None
+
+
+# Importing the modules registers the built-in agents.
+from . import random_selection  # noqa: E402,F401
+
+__all__ = ["AGENTS", "SelectionAgent", "make"]

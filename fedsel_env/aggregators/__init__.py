@@ -1,0 +1,33 @@
+"""Aggregation backends (SPEC §3.5), looked up by name.
+
+Every backend is an :class:`Aggregator` subclass in its own module, named after its
+method. It maps the server's flat global weights and the responding clients'
+results (:class:`ClientUpdates`) to the next flat global weights. A user adds one
+with ``@AGGREGATORS.register("name")`` and selects it by the env config's
+``aggregator`` field; the env never changes.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from fedsel_env.registry import Registry
+
+from .base import Aggregator, ClientUpdates
+
+AGGREGATORS: Registry = Registry("aggregator")
+
+
+def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
+    """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator)."""
+    return AGGREGATORS.lookup(name)(**(params or {}))
+
+
+# Importing the modules registers the built-in backends.
+from . import fedavg  # noqa: E402,F401
+
+try:  # backends of issue #3 register themselves when present
+    from . import qfedavg, qfedsgd, fedmgda_plus, fedprox  # noqa: F401
+except ImportError:  # pragma: no cover - removed once all exist
+    pass
+
+__all__ = ["AGGREGATORS", "Aggregator", "ClientUpdates", "make_aggregator"]

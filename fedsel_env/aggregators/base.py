@@ -1,0 +1,75 @@
+"""The one interface every aggregation backend implements (SPEC §3.5).
+
+Weights travel flat: the global model is one vector of P floats, the K
+responders' local models a (K, P) matrix, so every backend is a few lines of
+tensor algebra (norms, weighted sums, a QP) with no knowledge of the network.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ClientUpdates:
+    """What the responding clients of one round give the server.
+
+    :param global_params: w_t, shape (P,).
+    :param local_params: w_k after local training, shape (K, P); ``None`` when the
+        backend asked for gradients (``client_update == "full_gradient"``).
+    :param gradients: ∇F_k(w_t), full-batch, shape (K, P); only when the backend asked for them.
+    :param num_samples: n_k of each responder, shape (K,).
+    :param losses_before: F_k(w_t), the mean training loss of the **global** model on
+        client k's training data, measured before local training, shape (K,).
+    :param client_ids: the responders' indices in 0..N-1, shape (K,).
+    :param lr: the local learning rate η.
+    :param round: the round index t (0-based).
+    """
+
+    global_params: torch.Tensor
+    local_params: Optional[torch.Tensor]
+    num_samples: torch.Tensor
+    losses_before: torch.Tensor
+    client_ids: np.ndarray
+    lr: float
+    round: int
+    gradients: Optional[torch.Tensor] = None
+
+    @property
+    def num_clients(self) -> int:
+        return int(self.num_samples.shape[0])
+
+
+class Aggregator:
+    """Base class of the aggregation backends.
+
+    Subclasses set ``name`` (the registry name), validate their keyword
+    parameters in ``__init__`` (``ValueError`` naming the parameter), and
+    implement :meth:`aggregate`.
+
+    :cvar client_update: ``"local_sgd"`` (clients run E epochs of local SGD and send
+        their weights) or ``"full_gradient"`` (clients send one full-batch gradient, as q-FedSGD).
+    """
+
+    name: str = "aggregator"
+    client_update: str = "local_sgd"
+
+    def reset(self, global_params: torch.Tensor) -> None:
+        """Start of an episode: clear any server state (e.g. a step-size schedule)."""
+
+    def local_options(self) -> Dict[str, Any]:
+        """Options the local objective must apply, e.g. ``{"prox_mu": 0.01}`` for FedProx."""
+        return {}
+
+    def aggregate(self, updates: ClientUpdates) -> torch.Tensor:
+        """The next global weights w_{t+1}, shape (P,).
+
+        Called only when at least one client responded.
+        """
+        raise NotImplementedError  # abstract
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

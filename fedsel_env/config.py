@@ -1,0 +1,231 @@
+"""The FedSelect environment's configuration: one dict of every knob, and presets.
+
+As in HighwayEnv, ``DEFAULT_CONFIG`` lists every knob with its default and a
+comment; a user's config (a dict, or a YAML file of the same keys) is merged over
+it by :func:`make_config`, which validates every field and raises ``ValueError``
+naming the field and what is allowed. SPEC.md §2–§3 says what each knob means.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Union
+
+DEFAULT_CONFIG: Dict[str, Any] = {
+    # --- data (SPEC §3.1, §3.2) -------------------------------------------
+    "dataset": "digits",          # digits | synthetic | fashion_mnist | mnist | cifar10
+    "dataset_params": {},         # per dataset: e.g. {"root": ..., "download": False} or {"alpha": 1, "beta": 1}
+    "num_clients": 20,            # N
+    "samples_per_client": None,   # training samples per client; None = split the whole pool
+    "test_fraction": 0.2,         # each client's own held-out test split, as a fraction of its training size
+    "partition": "sigma",         # iid | sigma | two_label | shards | dirichlet (synthetic is natural)
+    "partition_params": {"sigma": 0.8},  # e.g. {"sigma": 0.8}, {"shards_per_client": 2}, {"alpha": 0.5}
+    "quantity_skew": 0.0,         # lognormal sigma of client sizes; 0 = equal sizes
+    # --- model and local training (SPEC §3.3, §3.4) -------------------------
+    "model": "mlp",               # logreg | mlp | fedmgda_cnn | favor_cnn | cifar_cnn
+    "model_params": {},           # e.g. {"hidden": 64} for mlp
+    "local_epochs": 1,            # E
+    "batch_size": 10,             # B
+    "lr": 0.05,                   # η, local SGD step
+    "momentum": 0.0,              # local SGD momentum (0 = plain SGD)
+    # --- aggregation (SPEC §3.5) ------------------------------------------
+    "aggregator": "fedavg",       # fedavg | qfedavg | qfedsgd | fedmgda+ | fedprox | ...
+    "aggregator_params": {},      # e.g. {"q": 1.0} for qfedavg
+    # --- system heterogeneity (SPEC §3.6) -----------------------------------
+    "system": {
+        "classes": [[1.0, 1.0, 0.1447648273], [2.0, 1.0, 0.2166804714],
+                    [3.0, 1.0, 0.4170323914], [4.0, 1.0, 1.4426950409]],  # θ* = [τ_b, τ_s, 1/ln(1+SNR)] per class
+        "cpu_share": [0.5, 2.0],      # μ ~ U(lo, hi)
+        "bandwidth": [2.0e6, 4.0e6],  # B ~ U(lo, hi) bytes/s
+        "availability": 0.8,          # p_n: I_{t,n} ~ Bernoulli(p_n); a float or a list of N
+        "noise_std": 0.1,             # std of the zero-mean exchange-time noise ε
+    },
+    # --- the selection problem (SPEC §2) -------------------------------------
+    "clients_per_round": 5,       # K
+    "action_mode": "topk",        # one | topk | subset
+    "target_accuracy": 0.9,       # Ω: the episode terminates when the global accuracy reaches it
+    "max_rounds": 50,             # round budget: truncated after it
+    "reward": "favor",            # favor | accuracy_gain | time_penalised
+    "reward_params": {},          # e.g. {"xi": 64} for favor
+    "pca_components": None,       # d; None = min(100, N + 1)
+    "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)
+    "flat_parts": ["weights"],    # which parts the flat observation concatenates: weights, clients, progress
+    "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
+}
+
+PRESETS: Dict[str, Dict[str, Any]] = {
+    # The fast default: scikit-learn's bundled digits, 20 clients, an MLP.
+    "default": {},
+    # A tiny federation for tests and smoke runs.
+    "tiny": {"num_clients": 8, "clients_per_round": 3, "max_rounds": 5, "model": "logreg",
+             "target_accuracy": 0.95, "samples_per_client": 40},
+    # FAVOR's Fashion-MNIST setup (seed 002): 100 clients, 600 samples each, σ = 0.8, 10 per round,
+    # 5 local epochs at batch 10, target 85%.
+    "favor_fmnist": {"dataset": "fashion_mnist", "num_clients": 100, "samples_per_client": 600,
+                     "test_fraction": 1 / 6, "partition": "sigma", "partition_params": {"sigma": 0.8},
+                     "model": "favor_cnn", "local_epochs": 5, "batch_size": 10, "lr": 0.01,
+                     "clients_per_round": 10, "target_accuracy": 0.85, "max_rounds": 300},
+    # Synthetic(1, 1) of FedProx / q-FFL: 100 devices, natural partition, logistic regression.
+    "synthetic": {"dataset": "synthetic", "dataset_params": {"alpha": 1.0, "beta": 1.0},
+                  "num_clients": 100, "partition": "natural", "partition_params": {},
+                  "model": "logreg", "batch_size": 10, "lr": 0.05, "clients_per_round": 10,
+                  "target_accuracy": 0.85, "max_rounds": 100},
+    # RBCS-F-style heterogeneous system (seed 004): four client classes, availability 0.8.
+    "hetero": {"num_clients": 40, "clients_per_round": 8, "partition": "dirichlet",
+               "partition_params": {"alpha": 0.5}, "max_rounds": 200, "target_accuracy": 0.99},
+}
+
+ENV_IDS: Dict[str, str] = {
+    "default": "fedsel/FedSelect-v0",
+    "tiny": "fedsel/FedSelect-Tiny-v0",
+    "favor_fmnist": "fedsel/FedSelect-FAVOR-FMNIST-v0",
+    "synthetic": "fedsel/FedSelect-Synthetic-v0",
+    "hetero": "fedsel/FedSelect-HeteroSystem-v0",
+}
+
+ACTION_MODES = ("one", "topk", "subset")
+OBSERVATION_KINDS = ("dict", "flat")
+FLAT_PARTS = ("weights", "clients", "progress")
+
+
+def _fail(field: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"config field {field!r} = {value!r} is invalid: {allowed}")
+
+
+def _int(cfg: Dict[str, Any], field: str, lo: int, hi: Optional[int] = None, allow_none: bool = False) -> None:
+    v = cfg[field]
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        _fail(field, v, f"expected an integer {rng}" + (" or null" if allow_none else ""))
+
+
+def _float(cfg: Dict[str, Any], field: str, lo: float, hi: Optional[float] = None,
+           lo_open: bool = False) -> None:
+    v = cfg[field]
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    if not ok:
+        bound = (">" if lo_open else ">=") + f" {lo}" + (f" and <= {hi}" if hi is not None else "")
+        _fail(field, v, f"expected a number {bound}")
+
+
+def resolve_preset(preset: Union[str, Mapping[str, Any], None]) -> Dict[str, Any]:
+    """The overrides of a preset given by name (or a dict passed through)."""
+    if preset is None:
+        return {}
+    if isinstance(preset, Mapping):
+        return dict(preset)
+    if preset in PRESETS:
+        return copy.deepcopy(PRESETS[preset])
+    by_id = {v: k for k, v in ENV_IDS.items()}
+    if preset in by_id:
+        return copy.deepcopy(PRESETS[by_id[preset]])
+    raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)} (env ids: {sorted(by_id)})")
+
+
+def load_config(path: Union[str, Path]) -> Dict[str, Any]:
+    """Read a YAML config file of ``DEFAULT_CONFIG``'s keys (plus an optional ``preset`` key)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"config file {str(p)!r} does not exist")
+    with open(p) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(p)!r} must hold a mapping of config keys")
+    return data
+
+
+def make_config(overrides: Optional[Mapping[str, Any]] = None,
+                preset: Union[str, Mapping[str, Any], None] = None) -> Dict[str, Any]:
+    """Merge ``preset`` then ``overrides`` over ``DEFAULT_CONFIG`` and validate every field.
+
+    ``overrides`` may itself carry a ``preset`` key (as a YAML file may).
+
+    :return: a new, complete, validated config dict.
+    :raises ValueError: naming the first bad field and what is allowed.
+    """
+    overrides = dict(overrides or {})
+    if "preset" in overrides:
+        preset = overrides.pop("preset") if preset is None else preset
+        overrides.pop("preset", None)
+    cfg = copy.deepcopy(DEFAULT_CONFIG)
+    for layer in (resolve_preset(preset), overrides):
+        for k, v in layer.items():
+            if k not in DEFAULT_CONFIG:
+                raise ValueError(f"unknown config field {k!r}; known fields: {sorted(DEFAULT_CONFIG)}")
+            if k == "system" and v is not None:
+                if not isinstance(v, Mapping):
+                    _fail("system", v, "expected a mapping of system-model fields")
+                unknown = sorted(set(v) - set(DEFAULT_CONFIG["system"]))
+                if unknown:
+                    raise ValueError(f"unknown config field(s) system.{unknown}; known: "
+                                     f"{sorted(DEFAULT_CONFIG['system'])}")
+                cfg["system"].update(copy.deepcopy(dict(v)))
+            else:
+                cfg[k] = copy.deepcopy(v)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Dict[str, Any]) -> None:
+    """Check every generic field of a complete config (registry names are checked by their registries)."""
+    for f in ("dataset", "partition", "model", "aggregator", "reward"):
+        if not isinstance(cfg[f], str):
+            _fail(f, cfg[f], "expected a registered name (a string)")
+    for f in ("dataset_params", "partition_params", "model_params", "aggregator_params", "reward_params"):
+        if cfg[f] is None:
+            cfg[f] = {}
+        if not isinstance(cfg[f], Mapping):
+            _fail(f, cfg[f], "expected a mapping of parameter names to values")
+    _int(cfg, "num_clients", 2)
+    _int(cfg, "samples_per_client", 1, allow_none=True)
+    _float(cfg, "test_fraction", 0.0, 1.0, lo_open=True)
+    _float(cfg, "quantity_skew", 0.0, 5.0)
+    _int(cfg, "local_epochs", 1, 1000)
+    _int(cfg, "batch_size", 1)
+    _float(cfg, "lr", 0.0, lo_open=True)
+    _float(cfg, "momentum", 0.0, 0.999)
+    _int(cfg, "clients_per_round", 1, cfg["num_clients"])
+    if cfg["action_mode"] not in ACTION_MODES:
+        _fail("action_mode", cfg["action_mode"], f"allowed: {list(ACTION_MODES)}")
+    _float(cfg, "target_accuracy", 0.0, 1.0, lo_open=True)
+    _int(cfg, "max_rounds", 1)
+    if cfg["pca_components"] is not None:
+        _int(cfg, "pca_components", 1, cfg["num_clients"] + 1)
+    if cfg["observation"] not in OBSERVATION_KINDS:
+        _fail("observation", cfg["observation"], f"allowed: {list(OBSERVATION_KINDS)}")
+    parts = cfg["flat_parts"]
+    if (not isinstance(parts, (list, tuple)) or not parts
+            or any(p not in FLAT_PARTS for p in parts) or len(set(parts)) != len(parts)):
+        _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {list(FLAT_PARTS)}")
+    cfg["flat_parts"] = list(parts)
+    _int(cfg, "eval_every", 1)
+    _validate_system(cfg["system"], cfg["num_clients"])
+
+
+def _validate_system(sysc: Dict[str, Any], n: int) -> None:
+    classes = sysc["classes"]
+    try:
+        ok = len(classes) >= 1 and all(len(c) == 3 and all(float(x) >= 0 for x in c) for c in classes)
+    except TypeError:
+        ok = False
+    if not ok:
+        _fail("system.classes", classes, "expected a list of [tau_b, tau_s, inv_spectral_eff] triples >= 0")
+    for f in ("cpu_share", "bandwidth"):
+        v = sysc[f]
+        if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, (int, float)) for x in v)
+                or not 0 < v[0] <= v[1]):
+            _fail(f"system.{f}", v, "expected [lo, hi] with 0 < lo <= hi")
+    a = sysc["availability"]
+    if isinstance(a, (list, tuple)):
+        if len(a) != n or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in a):
+            _fail("system.availability", a, f"expected a probability in (0, 1] or a list of {n} of them")
+    elif not (isinstance(a, (int, float)) and not isinstance(a, bool) and 0 < a <= 1):
+        _fail("system.availability", a, "expected a probability in (0, 1] or a list of N of them")
+    ns = sysc["noise_std"]
+    if not (isinstance(ns, (int, float)) and not isinstance(ns, bool) and ns >= 0):
+        _fail("system.noise_std", ns, "expected a number >= 0")
