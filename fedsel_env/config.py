@@ -51,6 +51,8 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)
     "flat_parts": ["weights"],    # which parts the flat observation concatenates: weights, clients, progress
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
+    "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
+                                  # (RL training on one federation); None: they follow the reset seed
 }
 
 PRESETS: Dict[str, Dict[str, Any]] = {
@@ -204,6 +206,7 @@ def validate(cfg: Dict[str, Any]) -> None:
         _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {list(FLAT_PARTS)}")
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
+    _int(cfg, "federation_seed", 0, allow_none=True)
     _validate_system(cfg["system"], cfg["num_clients"])
 
 

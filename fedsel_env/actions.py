@@ -1,0 +1,98 @@
+"""Action modes (SPEC §2): how an action names the clients of a round.
+
+- ``one``: ``Discrete(N)``, one client per round (FAVOR's training regime).
+- ``topk``: ``Box(N)`` of scores; the env takes the K highest-scoring *available* clients.
+- ``subset``: ``MultiBinary(N)``; exactly the marked clients, between 1 and K of them.
+
+Each mode is a small class with ``space()`` and ``decode(action, available) -> indices``;
+``decode`` raises ``ValueError`` naming the problem and never has side effects, so
+a rejected action changes nothing in the env.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .registry import Registry
+
+ACTION_MODES: Registry = Registry("action mode")
+
+
+class ActionMode:
+    def __init__(self, num_clients: int, clients_per_round: int) -> None:
+        self.n, self.k = num_clients, clients_per_round
+
+    def space(self) -> spaces.Space:
+        raise NotImplementedError  # abstract
+
+    def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
+        raise NotImplementedError  # abstract
+
+    def _array(self, action: Any, what: str) -> np.ndarray:
+        try:
+            a = np.asarray(action)
+        except Exception as e:  # e.g. ragged lists
+            raise ValueError(f"invalid {what} action {action!r}: {e}") from None
+        if a.dtype == object:
+            raise ValueError(f"invalid {what} action: expected numbers, got {a.dtype}")
+        return a
+
+
+@ACTION_MODES.register("one")
+class OneClient(ActionMode):
+    def space(self) -> spaces.Space:
+        return spaces.Discrete(self.n)
+
+    def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
+        a = self._array(action, "'one'")
+        if a.size != 1 or not (np.issubdtype(a.dtype, np.integer) or
+                               (np.issubdtype(a.dtype, np.floating) and float(a.reshape(-1)[0]).is_integer())):
+            raise ValueError(f"action mode 'one' expects one integer client index in [0, {self.n}), got {action!r}")
+        i = int(a.reshape(-1)[0])
+        if not 0 <= i < self.n:
+            raise ValueError(f"client index {i} out of range [0, {self.n})")
+        return np.array([i], dtype=np.int64)
+
+
+@ACTION_MODES.register("topk")
+class TopK(ActionMode):
+    def space(self) -> spaces.Space:
+        return spaces.Box(low=-1e6, high=1e6, shape=(self.n,), dtype=np.float32)
+
+    def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
+        a = self._array(action, "'topk'")
+        if a.shape != (self.n,):
+            raise ValueError(f"action mode 'topk' expects {self.n} scores (shape ({self.n},)), got shape {a.shape}")
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+            raise ValueError(f"action mode 'topk' expects numeric scores, got dtype {a.dtype}")
+        a = a.astype(np.float64)
+        if not np.all(np.isfinite(a)):
+            raise ValueError("action mode 'topk': scores contain NaN or infinity")
+        avail = np.flatnonzero(available)
+        if avail.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        # stable: ties go to the lower index
+        order = avail[np.argsort(-a[avail], kind="stable")]
+        return np.sort(order[: self.k])
+
+
+@ACTION_MODES.register("subset")
+class Subset(ActionMode):
+    def space(self) -> spaces.Space:
+        return spaces.MultiBinary(self.n)
+
+    def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
+        a = self._array(action, "'subset'")
+        if a.shape != (self.n,):
+            raise ValueError(f"action mode 'subset' expects a 0/1 vector of shape ({self.n},), got shape {a.shape}")
+        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.bool_)
+                or np.issubdtype(a.dtype, np.floating)):
+            raise ValueError(f"action mode 'subset' expects 0/1 values, got dtype {a.dtype}")
+        if not np.all((a == 0) | (a == 1)):
+            raise ValueError("action mode 'subset' expects only 0 and 1 values")
+        chosen = np.flatnonzero(a)
+        if not 1 <= chosen.size <= self.k:
+            raise ValueError(f"action mode 'subset' must mark between 1 and K={self.k} clients, marked {chosen.size}")
+        return chosen.astype(np.int64)

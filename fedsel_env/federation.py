@@ -1,0 +1,177 @@
+"""The federation simulator (SPEC §3): one communication round from a selection to a new global model.
+
+It owns the clients' data, the model, the batched trainer, the aggregation backend,
+the system model and the fixed PCA of the profiling round. The env
+(`fedsel_env/env.py`) turns its results into observations, rewards and ``info``.
+
+A round: draw who is available → the selected and available clients respond →
+they report F_k(w_t) (the global model's training loss, measured before local
+training) → they train locally together (or send a full-batch gradient) → the
+backend aggregates → the new global model is evaluated on every client's test
+split → the responders' losses under w_{t+1} give the fraction of improved
+participants → their exchange times are charged to the simulated clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+from sklearn.decomposition import PCA
+
+from .aggregators import Aggregator, ClientUpdates
+from .system import SystemModel
+from .training import BatchedTrainer
+
+
+@dataclass
+class RoundResult:
+    """What one round produced (arrays over the N clients unless noted)."""
+
+    selected: np.ndarray            # indices the action named
+    responders: np.ndarray          # the selected clients that were available
+    losses_before: np.ndarray       # F_k(w_t) of the responders (K',)
+    loss_rms_before: np.ndarray     # sqrt(mean squared loss) of the responders (K',)
+    exchange_times: np.ndarray      # τ of the responders (K',)
+    round_time: float
+    improved_fraction: float        # share of responders whose training loss did not increase
+    diverged: bool
+    evaluated: bool                 # whether the global model was evaluated this round
+    accuracy: float = float("nan")
+    loss: float = float("nan")
+    client_accuracies: Optional[np.ndarray] = None
+
+
+@dataclass
+class Evaluation:
+    accuracy: float
+    loss: float
+    client_accuracies: np.ndarray = field(repr=False)
+
+
+class Federation:
+    """The simulated federation: data, model, trainer, backend, system model and PCA.
+
+    :param data: the federated data (``fedsel_env.data.FederatedData``).
+    :param model: the network; weights travel as flat tensors.
+    :param aggregator: the aggregation backend.
+    :param system: the system model.
+    :param cfg: the env config (local training fields).
+    :param train_seed: root of every client's minibatch-order generator.
+    """
+
+    def __init__(self, data, model: torch.nn.Module, aggregator: Aggregator, system: SystemModel,
+                 cfg: Dict, train_seed: int) -> None:
+        self.data = data
+        self.n = len(data.train_offsets) - 1
+        self.aggregator = aggregator
+        self.system = system
+        self.trainer = BatchedTrainer(model, data.x_train, data.y_train, data.train_offsets,
+                                      batch_size=cfg["batch_size"], lr=cfg["lr"],
+                                      local_epochs=cfg["local_epochs"], momentum=cfg["momentum"])
+        self.layout = self.trainer.layout
+        self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
+        self.train_seed = int(train_seed)
+        self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets)))
+        self.test_counts = np.diff(data.test_offsets).astype(np.float64)
+        self.global_params: torch.Tensor = torch.zeros(self.layout.size)
+        self.pca_mean: Optional[torch.Tensor] = None
+        self.pca_components: Optional[torch.Tensor] = None
+
+    # ---------------------------------------------------------------- helpers
+    def generators(self, round_index: int, clients: np.ndarray) -> list:
+        """One generator per client for this round: seeded by (train seed, round, client)."""
+        return [np.random.default_rng([self.train_seed, round_index, int(c)]) for c in clients]
+
+    def project(self, flat: torch.Tensor) -> np.ndarray:
+        """PCA coordinates of flat weights, (P,) → (d,) or (K, P) → (K, d)."""
+        z = (flat.to(torch.float64) - self.pca_mean) @ self.pca_components.T
+        return z.numpy()
+
+    @torch.no_grad()
+    def evaluate(self, flat: torch.Tensor) -> Evaluation:
+        """Global accuracy and loss over all clients' test data, and each client's test accuracy."""
+        loss, correct = self.trainer.per_sample_losses(flat, self.data.x_test, self.data.y_test)
+        per_client = torch.bincount(self.test_owner, weights=correct.double(), minlength=self.n).numpy()
+        per_client = per_client / np.maximum(self.test_counts, 1.0)
+        return Evaluation(accuracy=float(correct.double().mean()), loss=float(loss.double().mean()),
+                          client_accuracies=per_client)
+
+    # ------------------------------------------------------------ profiling
+    def profile(self, w0: torch.Tensor, pca_components: int, pca_seed: int):
+        """FAVOR's profiling round: every client trains one epoch from w_0; fit the PCA on the N+1 weights.
+
+        :return: (client PCA rows (N, d), global PCA row (d,), losses F_k(w_0), rms losses, profiling time).
+        """
+        self.global_params = w0.clone()
+        clients = np.arange(self.n)
+        local = self.trainer.train(w0, clients, self.generators(0, clients), epochs=1,
+                                   prox_mu=self.aggregator.local_options().get("prox_mu", 0.0))
+        stacked = torch.cat([w0.unsqueeze(0), local]).to(torch.float64).numpy()
+        d = min(pca_components, stacked.shape[0], stacked.shape[1])
+        pca = PCA(n_components=d, random_state=pca_seed).fit(stacked)
+        self.pca_mean = torch.from_numpy(pca.mean_)
+        self.pca_components = torch.from_numpy(pca.components_)
+        z = self.project(torch.from_numpy(stacked))
+        if z.shape[1] < pca_components:  # fewer components than asked (tiny models): pad with zeros
+            z = np.pad(z, ((0, 0), (0, pca_components - z.shape[1])))
+            self.pca_components = torch.cat([self.pca_components,
+                                             torch.zeros(pca_components - d, self.pca_components.shape[1],
+                                                         dtype=torch.float64)])
+        losses, rms = self.trainer.client_losses(w0, clients)
+        profiling_time = float(self.system.exchange_times(clients).max())
+        return z[1:], z[0], losses, rms, profiling_time
+
+    # ------------------------------------------------------------------ round
+    def run_round(self, selected: np.ndarray, round_index: int, evaluate: bool) -> tuple:
+        """Play one round with the clients in ``selected``.
+
+        :return: (RoundResult, PCA rows of the responders' local models (K', d) or None).
+        """
+        avail = self.system.available
+        responders = np.asarray([c for c in selected if avail[c]], dtype=np.int64)
+        w_t = self.global_params
+        diverged = False
+        local_rows = None
+        if responders.size:
+            losses, rms = self.trainer.client_losses(w_t, responders)
+            n_k = torch.as_tensor(self.num_samples[responders], dtype=torch.float32)
+            opts = self.aggregator.local_options()
+            if self.aggregator.client_update == "full_gradient":
+                grads = self.trainer.full_gradients(w_t, responders)
+                local = None
+            else:
+                grads = None
+                local = self.trainer.train(w_t, responders, self.generators(round_index + 1, responders),
+                                           prox_mu=float(opts.get("prox_mu", 0.0)))
+            updates = ClientUpdates(global_params=w_t, local_params=local, gradients=grads, num_samples=n_k,
+                                    losses_before=torch.as_tensor(losses, dtype=torch.float32),
+                                    client_ids=responders, lr=float(self.trainer.lr), round=round_index)
+            w_next = self.aggregator.aggregate(updates)
+            diverged = not bool(torch.isfinite(w_next).all())
+            if local is not None and bool(torch.isfinite(local).all()):
+                local_rows = np.nan_to_num(self.project(local), nan=0.0, posinf=0.0, neginf=0.0)
+            if not diverged:
+                after, _ = self.trainer.client_losses(w_next, responders)
+                improved = float(np.mean(after <= losses + 1e-12))
+                diverged = not np.all(np.isfinite(after))
+            else:
+                improved = 0.0
+            self.global_params = w_next if not diverged else w_t
+        else:
+            losses = rms = np.zeros(0)
+            improved = float("nan")
+        tau = self.system.exchange_times(responders)
+        round_time = self.system.finish_round(responders)
+        result = RoundResult(selected=np.asarray(selected, dtype=np.int64), responders=responders,
+                             losses_before=np.asarray(losses), loss_rms_before=np.asarray(rms),
+                             exchange_times=tau, round_time=round_time, improved_fraction=improved,
+                             diverged=diverged, evaluated=False)
+        if evaluate and not diverged:
+            ev = self.evaluate(self.global_params)
+            if not np.isfinite(ev.loss):
+                result.diverged = True
+            result.evaluated = True
+            result.accuracy, result.loss, result.client_accuracies = ev.accuracy, ev.loss, ev.client_accuracies
+        return result, local_rows

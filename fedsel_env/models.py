@@ -1,0 +1,115 @@
+"""The models clients train (SPEC §3.3), by name.
+
+None uses BatchNorm: running statistics break both the vectorised training
+(``torch.func`` needs pure functions of the parameters) and FedAvg's meaning.
+
+- ``logreg``: multinomial logistic regression.
+- ``mlp``: one hidden ReLU layer (``hidden``, default 64).
+- ``fedmgda_cnn``: FedMGDA+'s Fashion-MNIST CNN, 21,840 parameters
+  (conv 1→10 k5, pool, conv 10→20 k5, pool, FC 320→50, FC 50→10).
+- ``favor_cnn``: FAVOR's MNIST CNN, 431,080 parameters
+  (conv 1→20 k5, pool, conv 20→50 k5, pool, FC 800→500, FC 500→10).
+- ``cifar_cnn``: a LeNet-style CIFAR-10 CNN (conv 3→6 k5, pool, conv 6→16 k5, pool, FC 400→120→84→10).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import math
+
+import torch
+from torch import nn
+
+from .registry import Registry, check_params
+
+MODELS: Registry = Registry("model")
+
+
+def _need_image(name: str, input_shape: Tuple[int, ...], shape: Tuple[int, ...]) -> None:
+    if tuple(input_shape) != shape:
+        raise ValueError(
+            f"model {name!r} needs inputs of shape {shape}, but the dataset gives {tuple(input_shape)}; "
+            f"use 'logreg' or 'mlp' for this dataset"
+        )
+
+
+@MODELS.register("logreg")
+def logreg(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
+
+
+@MODELS.register("mlp")
+def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 64) -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(),
+                         nn.Linear(hidden, num_classes))
+
+
+@MODELS.register("fedmgda_cnn")
+def fedmgda_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
+    _need_image("fedmgda_cnn", input_shape, (1, 28, 28))
+    return nn.Sequential(
+        nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Flatten(), nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, num_classes),
+    )
+
+
+@MODELS.register("favor_cnn")
+def favor_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
+    _need_image("favor_cnn", input_shape, (1, 28, 28))
+    return nn.Sequential(
+        nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(20, 50, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, num_classes),
+    )
+
+
+@MODELS.register("cifar_cnn")
+def cifar_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
+    _need_image("cifar_cnn", input_shape, (3, 32, 32))
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, num_classes),
+    )
+
+
+_PARAM_DEFAULTS: Dict[str, Dict[str, Any]] = {"mlp": {"hidden": 64}}
+
+
+def make_model(name: str, input_shape: Tuple[int, ...], num_classes: int,
+               params: Dict[str, Any] | None = None) -> nn.Module:
+    """Build the model registered as ``name`` (parameters uninitialised-but-random: re-init with a generator).
+
+    :raises ValueError: for an unknown name, an unknown parameter or an input shape the model cannot take.
+    """
+    factory: Callable[..., nn.Module] = MODELS.lookup(name)
+    kw = check_params("model", name, params or {}, _PARAM_DEFAULTS.get(name, {}))
+    return factory(tuple(input_shape), num_classes, **kw)
+
+
+def init_params(model: nn.Module, generator: torch.Generator) -> Dict[str, torch.Tensor]:
+    """Fresh parameters drawn from ``generator`` with PyTorch's default (Kaiming-uniform) scheme.
+
+    Drawn here instead of by ``reset_parameters`` so that no global RNG is touched.
+    """
+    out: Dict[str, torch.Tensor] = {}
+    for mod_name, mod in model.named_modules():
+        if isinstance(mod, (nn.Linear, nn.Conv2d)):
+            fan_in = mod.weight[0].numel()
+            bound = 1.0 / math.sqrt(fan_in)  # kaiming_uniform_(a=√5) and the bias rule both give 1/√fan_in
+            prefix = f"{mod_name}." if mod_name else ""
+            w = (torch.rand(mod.weight.shape, generator=generator) * 2 - 1) * bound
+            out[prefix + "weight"] = w
+            if mod.bias is not None:
+                out[prefix + "bias"] = (torch.rand(mod.bias.shape, generator=generator) * 2 - 1) * bound
+    names = [n for n, _ in model.named_parameters()]
+    missing = set(names) - set(out)
+    if missing:
+        raise ValueError(f"init_params does not know how to initialise {sorted(missing)}")
+    return {n: out[n] for n in names}
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,225 @@
+"""Local training of many clients as one batched computation (SPEC §3.4).
+
+Local SGD is written once, for one client (:func:`_client_loss`), and run for
+the K selected clients together with ``torch.func.vmap`` over parameters stacked
+along a leading client axis. Clients of unequal size are handled by masks: each
+client's minibatches are laid out in a (steps, K, B) index plan; a padded sample
+has mask 0 and a client with no samples left in a step does not move (its
+parameters and momentum are kept by ``torch.where``). The result equals training
+each client on its own with the same minibatch order (``tests/test_training.py``).
+
+Every client's minibatch order comes from its own generator, seeded by
+(episode seed, round, client id), so a client's local training does not depend on
+which other clients were selected — the common random numbers that make two
+policies comparable.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+
+class ParamLayout:
+    """Names and shapes of a model's parameters, to move between dicts and flat vectors."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.names: List[str] = [n for n, _ in model.named_parameters()]
+        self.shapes: List[torch.Size] = [p.shape for _, p in model.named_parameters()]
+        self.numels: List[int] = [p.numel() for _, p in model.named_parameters()]
+        self.size = int(sum(self.numels))
+
+    def flatten(self, params: Dict[str, torch.Tensor], batched: bool = False) -> torch.Tensor:
+        """(P,) from a dict of tensors, or (K, P) from a dict of stacked tensors when ``batched``."""
+        if batched:
+            k = params[self.names[0]].shape[0]
+            return torch.cat([params[n].reshape(k, -1) for n in self.names], dim=1)
+        return torch.cat([params[n].reshape(-1) for n in self.names])
+
+    def unflatten(self, flat: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """A dict of views of ``flat``: (P,) gives single tensors, (K, P) stacked ones."""
+        lead = flat.shape[:-1]
+        out, i = {}, 0
+        for n, s, m in zip(self.names, self.shapes, self.numels):
+            out[n] = flat[..., i:i + m].reshape(*lead, *s)
+            i += m
+        return out
+
+
+class BatchedTrainer:
+    """Runs local SGD for several clients at once, and the server's evaluation passes.
+
+    :param model: the network (its own parameters are not used; weights travel as flat tensors).
+    :param x_train: all clients' training inputs, stored contiguously by client.
+    :param y_train: the labels.
+    :param train_offsets: (N+1,) client k owns rows ``train_offsets[k]:train_offsets[k+1]``.
+    :param batch_size: B.
+    :param lr: η.
+    :param local_epochs: E.
+    :param momentum: SGD momentum (PyTorch's convention, no dampening).
+    :param chunk_clients: the most clients trained in one vmapped call (bounds memory at large N).
+    """
+
+    def __init__(self, model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
+                 train_offsets: np.ndarray, batch_size: int, lr: float, local_epochs: int = 1,
+                 momentum: float = 0.0, chunk_clients: int = 128) -> None:
+        self.model = model
+        self.layout = ParamLayout(model)
+        self.x, self.y = x_train, y_train
+        self.offsets = np.asarray(train_offsets, dtype=np.int64)
+        self.sizes = np.diff(self.offsets)
+        self.batch_size, self.lr, self.epochs, self.momentum = batch_size, lr, local_epochs, momentum
+        self.chunk = chunk_clients
+
+        model_ref = model
+
+        def client_loss(params: Dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                        mask: torch.Tensor, anchor: Dict[str, torch.Tensor], prox_mu: float) -> torch.Tensor:
+            logits = functional_call(model_ref, params, (x,))
+            per_sample = F.cross_entropy(logits, y, reduction="none")
+            loss = (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
+            if prox_mu > 0:
+                loss = loss + 0.5 * prox_mu * sum(((params[n] - anchor[n]) ** 2).sum() for n in params)
+            return loss
+
+        def client_loss_sum(params: Dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                            mask: torch.Tensor) -> torch.Tensor:
+            logits = functional_call(model_ref, params, (x,))
+            return (F.cross_entropy(logits, y, reduction="none") * mask).sum()
+
+        self._grad = vmap(grad(client_loss), in_dims=(0, 0, 0, 0, None, None))
+        self._grad_sum = vmap(grad(client_loss_sum), in_dims=(0, 0, 0, 0))
+
+    # ------------------------------------------------------------------ plans
+    def batch_plan(self, client_ids: Sequence[int], generators: Sequence[np.random.Generator],
+                   epochs: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The minibatch plan: global row indices (S, K, B) and a 0/1 mask (S, K, B).
+
+        Client k's rows are ``epochs`` shuffles of its samples (one permutation per
+        epoch, from ``generators[k]``), cut into batches of B; the last batch of an
+        epoch may be short (the rest is masked), as a ``DataLoader`` without
+        ``drop_last`` would give.
+        """
+        epochs = self.epochs if epochs is None else epochs
+        b = self.batch_size
+        k = len(client_ids)
+        steps = [epochs * -(-int(self.sizes[c]) // b) for c in client_ids]
+        s_max = max(steps) if steps else 0
+        idx = np.zeros((s_max, k, b), dtype=np.int64)
+        mask = np.zeros((s_max, k, b), dtype=np.float32)
+        for j, (c, g) in enumerate(zip(client_ids, generators)):
+            n = int(self.sizes[c])
+            per_epoch = -(-n // b)
+            for e in range(epochs):
+                perm = g.permutation(n) + self.offsets[c]
+                padded = np.zeros(per_epoch * b, dtype=np.int64)
+                padded[:n] = perm
+                m = np.zeros(per_epoch * b, dtype=np.float32)
+                m[:n] = 1.0
+                idx[e * per_epoch:(e + 1) * per_epoch, j] = padded.reshape(per_epoch, b)
+                mask[e * per_epoch:(e + 1) * per_epoch, j] = m.reshape(per_epoch, b)
+            idx[steps[j]:, j] = self.offsets[c]  # padding rows point at a real sample; their mask is 0
+        return torch.from_numpy(idx), torch.from_numpy(mask)
+
+    # --------------------------------------------------------------- training
+    def train(self, global_flat: torch.Tensor, client_ids: Sequence[int],
+              generators: Sequence[np.random.Generator], prox_mu: float = 0.0,
+              epochs: Optional[int] = None) -> torch.Tensor:
+        """E epochs of local SGD from ``global_flat`` for each client; returns (K, P) local weights."""
+        client_ids = list(client_ids)
+        outs = []
+        for s in range(0, len(client_ids), self.chunk):
+            ids, gens = client_ids[s:s + self.chunk], generators[s:s + self.chunk]
+            outs.append(self._train_chunk(global_flat, ids, gens, prox_mu, epochs))
+        return torch.cat(outs) if outs else global_flat.new_zeros((0, self.layout.size))
+
+    def _train_chunk(self, global_flat: torch.Tensor, ids: List[int], gens: Sequence[np.random.Generator],
+                     prox_mu: float, epochs: Optional[int]) -> torch.Tensor:
+        k = len(ids)
+        idx, mask = self.batch_plan(ids, gens, epochs)
+        anchor = self.layout.unflatten(global_flat)
+        flat = global_flat.unsqueeze(0).repeat(k, 1)
+        params = self.layout.unflatten(flat)  # views into `flat`: updated in place below
+        bufs = [torch.zeros_like(params[n]) for n in self.layout.names] if self.momentum > 0 else None
+        lr = self.lr
+        with torch.no_grad():
+            for s in range(idx.shape[0]):
+                m = mask[s]
+                active = m.sum(dim=1) > 0
+                x, y = self.x[idx[s]], self.y[idx[s]]
+                with torch.enable_grad():
+                    grads = self._grad(params, x, y, m, anchor, prox_mu)
+                all_active = bool(active.all())
+                for i, n in enumerate(self.layout.names):
+                    g = grads[n]
+                    if bufs is not None:
+                        new_buf = bufs[i] * self.momentum + g
+                        if not all_active:
+                            a = active.view(-1, *([1] * (g.dim() - 1)))
+                            new_buf = torch.where(a, new_buf, bufs[i])
+                        bufs[i] = new_buf
+                        g = new_buf
+                    if not all_active:
+                        g = g * active.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
+                    params[n].sub_(lr * g)
+        return flat
+
+    def full_gradients(self, global_flat: torch.Tensor, client_ids: Sequence[int],
+                       rows_per_step: int = 512) -> torch.Tensor:
+        """∇F_k(w_t) over each client's whole training set (mean loss), shape (K, P)."""
+        client_ids = list(client_ids)
+        k = len(client_ids)
+        if k == 0:
+            return global_flat.new_zeros((0, self.layout.size))
+        sizes = [int(self.sizes[c]) for c in client_ids]
+        n_max = max(sizes)
+        acc = torch.zeros(k, self.layout.size, dtype=global_flat.dtype)
+        params = self.layout.unflatten(global_flat.unsqueeze(0).repeat(k, 1))
+        for start in range(0, n_max, rows_per_step):
+            width = min(rows_per_step, n_max - start)
+            idx = np.zeros((k, width), dtype=np.int64)
+            mask = np.zeros((k, width), dtype=np.float32)
+            for j, c in enumerate(client_ids):
+                hi = min(sizes[j], start + width)
+                if hi > start:
+                    idx[j, :hi - start] = np.arange(start, hi) + self.offsets[c]
+                    mask[j, :hi - start] = 1.0
+            idx_t = torch.from_numpy(idx)
+            g = self._grad_sum(params, self.x[idx_t], self.y[idx_t], torch.from_numpy(mask))
+            acc += self.layout.flatten(g, batched=True)
+        return acc / torch.tensor(sizes, dtype=acc.dtype).unsqueeze(1)
+
+    # ------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                          rows_per_pass: int = 8192) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy and correctness (1/0) of one model on every row of ``x``."""
+        params = self.layout.unflatten(flat)
+        losses, correct = [], []
+        for s in range(0, x.shape[0], rows_per_pass):
+            logits = functional_call(self.model, params, (x[s:s + rows_per_pass],))
+            yy = y[s:s + rows_per_pass]
+            losses.append(F.cross_entropy(logits, yy, reduction="none"))
+            correct.append((logits.argmax(dim=1) == yy).to(torch.float32))
+        if not losses:
+            return torch.zeros(0), torch.zeros(0)
+        return torch.cat(losses), torch.cat(correct)
+
+    def client_losses(self, flat: torch.Tensor, client_ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+        """F_k(w) (mean training loss) and sqrt(mean squared loss) of one model on each listed client."""
+        client_ids = np.asarray(list(client_ids), dtype=np.int64)
+        if client_ids.size == 0:
+            return np.zeros(0), np.zeros(0)
+        rows = np.concatenate([np.arange(self.offsets[c], self.offsets[c + 1]) for c in client_ids])
+        owner = np.repeat(np.arange(client_ids.size), self.sizes[client_ids])
+        rows_t = torch.from_numpy(rows)
+        l, _ = self.per_sample_losses(flat, self.x[rows_t], self.y[rows_t])
+        l = l.double().numpy()
+        n = self.sizes[client_ids].astype(np.float64)
+        mean = np.bincount(owner, weights=l, minlength=client_ids.size) / n
+        rms = np.sqrt(np.bincount(owner, weights=l * l, minlength=client_ids.size) / n)
+        return mean, rms
