@@ -24,10 +24,9 @@ def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregat
 
 # Importing the modules registers the built-in backends.
 from . import fedavg  # noqa: E402,F401
-
-try:  # backends of issue #3 register themselves when present
-    from . import qfedavg, qfedsgd, fedmgda_plus, fedprox  # noqa: F401
-except ImportError:  # pragma: no cover - removed once all exist
-    pass
+from . import qfedavg  # noqa: E402,F401
+from . import qfedsgd  # noqa: E402,F401
+from . import fedmgda_plus  # noqa: E402,F401
+from . import fedprox  # noqa: E402,F401
 
 __all__ = ["AGGREGATORS", "Aggregator", "ClientUpdates", "make_aggregator"]
