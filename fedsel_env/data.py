@@ -1,0 +1,520 @@
+"""Data sources and the federated dataset built from them (SPEC §3.1, §3.2).
+
+``DATASETS`` maps a name to a :class:`DataSource`, whose ``load`` returns the whole
+labelled pool; :func:`build_federated_data` cuts that pool into N clients with a
+partition of ``fedsel_env.partitions`` and gives every client a held-out test split
+drawn from its own label distribution.
+
+Sources:
+
+- ``digits`` — scikit-learn's bundled 8×8 digits (1,797 images), pixels / 16 ∈ [0, 1].
+- ``synthetic`` — Synthetic(α, β) of T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi,
+  A. Talwalkar, V. Smith, "Federated Optimization in Heterogeneous Networks" (FedProx),
+  MLSys 2020, as used by q-FFL (Li, Sanjabi, Beirami, Smith, ICLR 2020). With d = 60,
+  C = 10, Σ = diag(j^−1.2), j = 1..60, per device k:
+  u_k ~ N(0, α²), B_k ~ N(0, β²); v_k,i ~ N(B_k, 1); W_k,ij, b_k,j ~ N(u_k, 1);
+  x ~ N(v_k, Σ); y = argmax softmax(x W_k + b_k); n_k = ⌊LogNormal(4, 2)⌋ + 50.
+- ``fashion_mnist``, ``mnist`` — the four idx files (plain or .gz), read with numpy;
+  ``cifar10`` — the python-pickle batches. Pixels / 255, then standardised by fixed
+  per-dataset mean and std. The pool is the train and test files together: the
+  federation re-splits it per client.
+
+Decoded files are cached in-process (keyed on path, modification time and size), so
+building an environment a second time does not decode Fashion-MNIST again.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
+from .registry import Registry, check_params
+
+DATASETS = Registry("dataset")
+
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
+# Fixed normalisation (mean, std of [0, 1] pixels over the training files); Fashion-MNIST's
+# were measured on the Debian copy: 0.28604, 0.35302.
+NORMALISATION = {
+    "fashion_mnist": ((0.2860,), (0.3530,)),
+    "mnist": ((0.1307,), (0.3081,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+}
+
+
+class DatasetNotFoundError(ValueError):
+    """A dataset's files are in none of the folders searched."""
+
+
+@dataclass
+class DataPool:
+    """A labelled pool before partitioning.
+
+    ``x`` keeps the stored dtype (uint8 pixels); :meth:`features` turns chosen rows into
+    float32 inputs as ``x * scale`` then ``(· − mean) / std`` (per channel).
+    """
+
+    x: np.ndarray                           # (M, *input_shape)
+    y: np.ndarray                           # (M,) int64
+    num_classes: int
+    input_shape: Tuple[int, ...]
+    scale: float = 1.0
+    mean: Tuple[float, ...] = (0.0,)
+    std: Tuple[float, ...] = (1.0,)
+    device_sizes: Optional[np.ndarray] = None        # natural pools: rows per device (train + test), in order
+    device_train_sizes: Optional[np.ndarray] = None  # natural pools: each device's training rows
+
+    def features(self, idx: np.ndarray) -> np.ndarray:
+        """float32 model inputs of pool rows ``idx``."""
+        x = self.x[idx].astype(np.float32)
+        shape = (-1,) + (1,) * (len(self.input_shape) - 1) if len(self.mean) > 1 else ()
+        mean = np.asarray(self.mean, np.float32).reshape(shape)
+        std = np.asarray(self.std, np.float32).reshape(shape)
+        np.multiply(x, np.float32(self.scale) / std, out=x)
+        np.subtract(x, mean / std, out=x)
+        return x
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A registered dataset: ``load(params, cfg, rng) -> DataPool`` with validated ``params``.
+
+    ``natural`` sources generate one device per client and accept only the ``natural`` partition.
+    """
+
+    load: Callable[[Dict[str, Any], Dict[str, Any], np.random.Generator], DataPool]
+    defaults: Dict[str, Any] = field(default_factory=dict)
+    natural: bool = False
+
+
+@dataclass
+class FederatedData:
+    """N clients' train and test data, each client's rows stored contiguously."""
+
+    x_train: torch.Tensor        # (total_train, *input_shape) float32
+    y_train: torch.Tensor        # (total_train,) int64
+    train_offsets: np.ndarray    # (N+1,): client k's training rows are train_offsets[k]:train_offsets[k+1]
+    x_test: torch.Tensor         # (total_test, *input_shape) float32
+    y_test: torch.Tensor         # (total_test,) int64
+    test_offsets: np.ndarray     # (N+1,)
+    input_shape: tuple
+    num_classes: int
+
+    @property
+    def num_samples(self) -> np.ndarray:
+        """(N,) training samples per client."""
+        return np.diff(self.train_offsets)
+
+    @property
+    def num_test_samples(self) -> np.ndarray:
+        """(N,) test samples per client."""
+        return np.diff(self.test_offsets)
+
+    @property
+    def num_clients(self) -> int:
+        """N."""
+        return len(self.train_offsets) - 1
+
+    def client_train(self, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Client k's training (x, y), views into the stored tensors."""
+        a, b = self.train_offsets[k], self.train_offsets[k + 1]
+        return self.x_train[a:b], self.y_train[a:b]
+
+    def client_test(self, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Client k's test (x, y), views into the stored tensors."""
+        a, b = self.test_offsets[k], self.test_offsets[k + 1]
+        return self.x_test[a:b], self.y_test[a:b]
+
+
+# --- building the federation ---------------------------------------------------------------------
+
+def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> FederatedData:
+    """Load ``cfg["dataset"]``, partition it over ``cfg["num_clients"]`` clients, split each client.
+
+    Client k's train and test samples are partitioned together (n_k + t_k of them, with
+    t_k = round(test_fraction · n_k), at least 1) and then split stratified by label, so
+    its test split follows its own label distribution.
+
+    :param cfg: a complete config from ``fedsel_env.config.make_config``.
+    :param rng: the generator every draw (synthetic data, sizes, partition, split) comes from.
+    :raises ValueError: on an unknown dataset, partition or parameter, an incompatible
+        dataset/partition pair, or a pool too small for the requested sizes.
+    """
+    name = cfg["dataset"]
+    source = DATASETS.lookup(name)
+    params = check_params("dataset", name, cfg["dataset_params"], source.defaults)
+    partition = cfg["partition"]
+    PARTITIONS.lookup(partition)
+    if source.natural and partition != "natural":
+        raise ValueError(f"config field 'partition' = {partition!r} is invalid for dataset {name!r}, which is "
+                         f"partitioned naturally (one device = one client): set partition='natural'")
+    if not source.natural and partition == "natural":
+        naturals = sorted(n for n, s in DATASETS.items() if s.natural)
+        raise ValueError(f"config field 'partition' = 'natural' is only valid for {naturals}; for dataset "
+                         f"{name!r} choose one of {sorted(set(PARTITIONS) - {'natural'})}")
+    if source.natural and cfg["quantity_skew"] != 0:
+        raise ValueError(f"config field 'quantity_skew' = {cfg['quantity_skew']!r} is invalid for dataset "
+                         f"{name!r}, whose sizes come from its own generating process: set it to 0")
+
+    pool = source.load(params, cfg, rng)
+    if source.natural:
+        train_sizes = pool.device_train_sizes
+        totals = pool.device_sizes
+    else:
+        train_sizes = _train_sizes(cfg, pool.y.size, name, rng)
+        totals = train_sizes + _test_sizes(train_sizes, cfg["test_fraction"])
+    parts = partition_indices(partition, pool.y, totals, pool.num_classes, rng, cfg["partition_params"])
+
+    train_parts, test_parts = [], []
+    for k, idx in enumerate(parts):
+        tr, te = _split_by_label(idx, pool.y, pool.num_classes, int(totals[k] - train_sizes[k]), rng)
+        train_parts.append(tr)
+        test_parts.append(te)
+    train_idx = np.concatenate(train_parts)
+    test_idx = np.concatenate(test_parts)
+    return FederatedData(
+        x_train=torch.from_numpy(pool.features(train_idx)),
+        y_train=torch.from_numpy(pool.y[train_idx].astype(np.int64)),
+        train_offsets=np.concatenate([[0], np.cumsum([len(p) for p in train_parts])]).astype(np.int64),
+        x_test=torch.from_numpy(pool.features(test_idx)),
+        y_test=torch.from_numpy(pool.y[test_idx].astype(np.int64)),
+        test_offsets=np.concatenate([[0], np.cumsum([len(p) for p in test_parts])]).astype(np.int64),
+        input_shape=tuple(pool.input_shape),
+        num_classes=int(pool.num_classes),
+    )
+
+
+def _test_sizes(train_sizes: np.ndarray, test_fraction: float) -> np.ndarray:
+    return np.array([test_size(int(n), test_fraction) for n in train_sizes], dtype=np.int64)
+
+
+def _train_sizes(cfg: Dict[str, Any], pool_size: int, name: str, rng: np.random.Generator) -> np.ndarray:
+    """Training sizes n_k: ``samples_per_client`` each (skewed around it), or the whole pool's share."""
+    n, tf, skew = cfg["num_clients"], cfg["test_fraction"], cfg["quantity_skew"]
+    per = cfg["samples_per_client"]
+
+    def needed(sizes: np.ndarray) -> int:
+        return int(sizes.sum() + _test_sizes(sizes, tf).sum())
+
+    fits = int((pool_size // n) / (1 + tf)) + 1  # then down to the largest equal size whose train + test fit
+    while fits > 0 and fits + test_size(fits, tf) > pool_size // n:
+        fits -= 1
+    weights = rng.lognormal(0.0, skew, n) if skew > 0 else None
+    if per is not None:
+        total = n * per
+        sizes = sizes_from_weights(weights, n, total, max(2, min(cfg["batch_size"], per)))
+        if needed(sizes) > pool_size:
+            raise ValueError(
+                f"config field 'samples_per_client' = {per} is too large: dataset {name!r} holds {pool_size} "
+                f"samples, but {n} clients need {needed(sizes)} (train + test_fraction {tf:g} test"
+                f"{', with quantity skew' if weights is not None else ''}); samples_per_client <= {fits} fits "
+                f"with equal sizes, or set samples_per_client=None to split the whole pool")
+        return sizes
+    if fits < 1:
+        raise ValueError(f"config field 'num_clients' = {n} is too large: dataset {name!r} holds {pool_size} "
+                         f"samples, fewer than one training and one test sample per client")
+    total = n * fits
+    while True:
+        sizes = sizes_from_weights(weights, n, total, max(2, min(cfg["batch_size"], total // n)))
+        over = needed(sizes) - pool_size
+        if over <= 0:
+            return sizes
+        total -= max(1, int(np.ceil(over / (1 + tf))))
+
+
+def _split_by_label(idx: np.ndarray, labels: np.ndarray, num_classes: int, n_test: int,
+                    rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """Split one client's indices into (train, test) with ``n_test`` test rows, stratified by label.
+
+    Label j gives its share c_j · n_test / |idx| to the test split (largest remainder, ties
+    broken at random); the partition already ordered ``idx`` at random, so the first rows
+    of each label go to test.
+    """
+    lab = labels[idx]
+    counts = np.bincount(lab, minlength=num_classes)
+    real = counts * (n_test / max(1, idx.size))
+    take = np.floor(real).astype(np.int64)
+    short = n_test - int(take.sum())
+    if short > 0:
+        order = rng.permutation(num_classes)
+        order = order[np.argsort(-(real - take)[order], kind="stable")]
+        take[order[:short]] += 1
+    by_label = np.argsort(lab, kind="stable")
+    first_of_label = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.empty(idx.size, np.int64)
+    rank[by_label] = np.arange(idx.size) - first_of_label[lab[by_label]]
+    is_test = rank < take[lab]
+    return idx[~is_test], idx[is_test]
+
+
+# --- digits ----------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays() -> Tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = d.images.astype(np.uint8)[:, None, :, :]  # values are the integers 0..16
+    y = d.target.astype(np.int64)
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y
+
+
+def _load_digits(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
+    x, y = _digits_arrays()
+    return DataPool(x=x, y=y, num_classes=10, input_shape=(1, 8, 8), scale=1.0 / 16.0)
+
+
+DATASETS.register("digits")(DataSource(load=_load_digits))
+
+
+# --- synthetic -------------------------------------------------------------------------------------
+
+SYNTHETIC_DIM = 60
+SYNTHETIC_CLASSES = 10
+
+
+def generate_synthetic(train_sizes: np.ndarray, test_sizes: np.ndarray, alpha: float, beta: float,
+                       rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """Synthetic(α, β): device k's n_k + t_k samples, stored device after device.
+
+    :param train_sizes: (N,) n_k.
+    :param test_sizes: (N,) t_k, generated from the same device distribution.
+    :param alpha: std of u_k (the means of W_k, b_k): how much the devices' models differ.
+    :param beta: std of B_k (the means of v_k): how much the devices' inputs differ.
+    :return: x (Σ(n_k + t_k), 60) float32 and y int64.
+    """
+    n = train_sizes.size
+    d, c = SYNTHETIC_DIM, SYNTHETIC_CLASSES
+    rows = (train_sizes + test_sizes).astype(np.int64)
+    u = rng.normal(0.0, alpha, n)
+    b_mean = rng.normal(0.0, beta, n)
+    v = rng.normal(b_mean[:, None], 1.0, (n, d))
+    w = rng.normal(u[:, None, None], 1.0, (n, d, c))
+    b = rng.normal(u[:, None], 1.0, (n, c))
+    sigma_sqrt = np.arange(1, d + 1, dtype=np.float64) ** (-1.2 / 2)  # Σ is diagonal: x = v_k + Σ^½ z
+    x = rng.standard_normal((int(rows.sum()), d)) * sigma_sqrt
+    y = np.empty(int(rows.sum()), np.int64)
+    ends = np.cumsum(rows)
+    for k in range(n):
+        s = slice(ends[k] - rows[k], ends[k])
+        x[s] += v[k]
+        y[s] = np.argmax(x[s] @ w[k] + b[k], axis=1)  # argmax softmax(z) = argmax z
+    return x.astype(np.float32), y
+
+
+def _load_synthetic(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
+    for p in ("alpha", "beta"):
+        v = params[p]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise ValueError(f"dataset parameter {p!r} = {v!r} for 'synthetic'; allowed: a finite number >= 0")
+    cap = params["max_samples"]
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise ValueError(f"dataset parameter 'max_samples' = {cap!r} for 'synthetic'; allowed: None or an "
+                         f"integer >= 1")
+    n = cfg["num_clients"]
+    if cfg["samples_per_client"] is not None:
+        train = np.full(n, cfg["samples_per_client"], np.int64)
+    else:
+        train = rng.lognormal(4.0, 2.0, n).astype(np.int64) + 50
+    if cap is not None:
+        train = np.minimum(train, cap)
+    test = _test_sizes(train, cfg["test_fraction"])
+    x, y = generate_synthetic(train, test, float(params["alpha"]), float(params["beta"]), rng)
+    return DataPool(x=x, y=y, num_classes=SYNTHETIC_CLASSES, input_shape=(SYNTHETIC_DIM,),
+                    device_sizes=train + test, device_train_sizes=train)
+
+
+DATASETS.register("synthetic")(DataSource(
+    load=_load_synthetic, defaults={"alpha": 1.0, "beta": 1.0, "max_samples": None}, natural=True))
+
+
+# --- files: idx (MNIST, Fashion-MNIST) and CIFAR-10 pickles -----------------------------------------
+
+_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def _file_key(path: Path) -> Tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _read_bytes(path: str) -> bytes:
+    if path.endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=16)
+def _read_idx_cached(path: str, mtime_ns: int, size: int) -> np.ndarray:
+    data = _read_bytes(path)
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an idx file (bad magic number {data[:4].hex()!r})")
+    ndim = data[3]
+    header = 4 + 4 * ndim
+    if ndim == 0 or len(data) < header:
+        raise ValueError(f"{path}: truncated idx header")
+    shape = tuple(int(s) for s in np.frombuffer(data, ">i4", ndim, offset=4))
+    dtype = np.dtype(_IDX_DTYPES[data[2]])
+    expected = header + int(np.prod(shape)) * dtype.itemsize
+    if len(data) != expected:
+        raise ValueError(f"{path}: idx header promises shape {shape} ({expected} bytes), file has {len(data)}")
+    arr = np.frombuffer(data, dtype, offset=header).reshape(shape)
+    return arr  # frombuffer over bytes is read-only, so the cached array cannot be altered
+
+
+def read_idx(path: Union[str, os.PathLike]) -> np.ndarray:
+    """Read an idx file (plain or .gz) into a read-only array; cached on (path, mtime, size).
+
+    :raises ValueError: when the file is not a well-formed idx file.
+    """
+    return _read_idx_cached(*_file_key(Path(path)))
+
+
+def _find_files(folders: Sequence[Path], names: Sequence[str], gz_ok: bool) -> Tuple[Optional[List[Path]], List[str]]:
+    """The first folder holding every file of ``names`` (each plain or .gz): (paths, report per folder)."""
+    report = []
+    for folder in folders:
+        if not folder.is_dir():
+            report.append(f"{folder} (no such folder)")
+            continue
+        found, missing = [], []
+        for nm in names:
+            options = [folder / nm] + ([folder / f"{nm}.gz"] if gz_ok else [])
+            hit = next((p for p in options if p.is_file()), None)
+            (found if hit else missing).append(hit or nm)
+        if not missing:
+            return found, report
+        report.append(f"{folder} (missing {', '.join(missing)})")
+    return None, report
+
+
+def _candidate_folders(dataset: str, root: Optional[str]) -> List[Path]:
+    sub = {"fashion_mnist": "FashionMNIST/raw", "mnist": "MNIST/raw", "cifar10": "cifar-10-batches-py"}[dataset]
+    folders = []
+    if root is not None:
+        r = Path(root).expanduser()
+        folders += [r / sub, r]
+    if dataset == "fashion_mnist":
+        folders.append(DEBIAN_FASHION_MNIST)
+    return folders
+
+
+def _torchvision_download(dataset: str, root: str) -> None:
+    """Fill ``root`` with torchvision's downloader (network needed)."""
+    import torchvision.datasets as tvd
+
+    cls = {"fashion_mnist": tvd.FashionMNIST, "mnist": tvd.MNIST, "cifar10": tvd.CIFAR10}[dataset]
+    cls(root=str(Path(root).expanduser()), train=True, download=True)
+
+
+def locate_dataset(dataset: str, root: Optional[str] = None, download: bool = False) -> List[Path]:
+    """The files of ``dataset`` (``fashion_mnist``, ``mnist`` or ``cifar10``), downloading only if asked.
+
+    Searched in order: ``<root>/FashionMNIST/raw`` (``MNIST/raw``, ``cifar-10-batches-py``),
+    ``<root>``, and for Fashion-MNIST Debian's ``/usr/share/datasets/fashion-mnist``.
+
+    :raises DatasetNotFoundError: naming every folder searched and how to get the data.
+    """
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise ValueError(f"dataset parameter 'root' = {root!r} for {dataset!r}; allowed: None or a folder path")
+    if not isinstance(download, bool):
+        raise ValueError(f"dataset parameter 'download' = {download!r} for {dataset!r}; allowed: True or False")
+    if download and root is None:
+        raise ValueError(f"dataset parameter 'download' = True for {dataset!r} needs a 'root' folder to fill")
+    names, gz_ok = (CIFAR10_FILES, False) if dataset == "cifar10" else (IDX_FILES, True)
+    folders = _candidate_folders(dataset, root)
+    files, report = _find_files(folders, names, gz_ok)
+    if files is None and download:
+        _torchvision_download(dataset, root)
+        files, report = _find_files(folders, names, gz_ok)
+    if files is None:
+        searched = "; ".join(report) if report else "no folder (no 'root' was given)"
+        ways = []
+        if dataset == "fashion_mnist":
+            ways.append(f"install Debian's package (`apt-get install dataset-fashion-mnist`, which puts the "
+                        f"files in {DEBIAN_FASHION_MNIST})")
+        ways.append(f"pass dataset_params={{'root': '<folder>', 'download': True}} to let torchvision download "
+                    f"it into <folder> (network needed)")
+        ways.append("put the files in a folder and pass dataset_params={'root': '<folder>'}")
+        raise DatasetNotFoundError(
+            f"dataset {dataset!r}: files {list(names)}{' (plain or .gz)' if gz_ok else ''} not found; searched: "
+            f"{searched}. To get the data: " + "; or ".join(ways) + ".")
+    return files
+
+
+def _load_idx_dataset(dataset: str, params: Dict[str, Any]) -> DataPool:
+    files = locate_dataset(dataset, params["root"], params["download"])
+    x_tr, y_tr, x_te, y_te = (read_idx(p) for p in files)
+    for x, y, p in ((x_tr, y_tr, files[0]), (x_te, y_te, files[2])):
+        if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise ValueError(f"{p}: expected images (M, H, W) with M labels, got {x.shape} and {y.shape}")
+    x, y = _concat_cached(tuple(_file_key(p) for p in files))
+    mean, std = NORMALISATION[dataset]
+    return DataPool(x=x, y=y, num_classes=10, input_shape=(1,) + x.shape[2:], scale=1.0 / 255.0,
+                    mean=mean, std=std)
+
+
+@functools.lru_cache(maxsize=4)
+def _concat_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarray, np.ndarray]:
+    x_tr, y_tr, x_te, y_te = (_read_idx_cached(*k) for k in keys)
+    x = np.concatenate([x_tr, x_te])[:, None, :, :]
+    y = np.concatenate([y_tr, y_te]).astype(np.int64)
+    if y.min() < 0 or y.max() > 9:
+        raise ValueError(f"labels of {keys[1][0]} / {keys[3][0]} must lie in 0..9, got {y.min()}..{y.max()}")
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y
+
+
+def load_idx_pool(dataset: str, root: Optional[str] = None, download: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST or MNIST as uint8 images (70000, 1, 28, 28) and int64 labels (train then test files)."""
+    pool = _load_idx_dataset(dataset, {"root": root, "download": download})
+    return pool.x, pool.y
+
+
+@functools.lru_cache(maxsize=2)
+def _read_cifar_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarray, np.ndarray]:
+    xs, ys = [], []
+    for path, _, _ in keys:
+        with open(path, "rb") as f:
+            batch = pickle.load(f, encoding="bytes")  # the official format; read only from local files
+        data, labels = batch.get(b"data"), batch.get(b"labels")
+        if data is None or labels is None or len(data) != len(labels) or np.asarray(data).shape[1:] != (3072,):
+            raise ValueError(f"{path} is not a CIFAR-10 batch (expected b'data' (M, 3072) and b'labels')")
+        xs.append(np.asarray(data, np.uint8).reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(labels, np.int64))
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    if y.min() < 0 or y.max() > 9:
+        raise ValueError(f"CIFAR-10 labels must lie in 0..9, got {y.min()}..{y.max()}")
+    x.flags.writeable = False
+    y.flags.writeable = False
+    return x, y
+
+
+def _load_cifar10(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
+    files = locate_dataset("cifar10", params["root"], params["download"])
+    x, y = _read_cifar_cached(tuple(_file_key(p) for p in files))
+    mean, std = NORMALISATION["cifar10"]
+    return DataPool(x=x, y=y, num_classes=10, input_shape=(3, 32, 32), scale=1.0 / 255.0, mean=mean, std=std)
+
+
+_FILE_PARAMS = {"root": None, "download": False}
+DATASETS.register("fashion_mnist")(DataSource(
+    load=lambda params, cfg, rng: _load_idx_dataset("fashion_mnist", params), defaults=dict(_FILE_PARAMS)))
+DATASETS.register("mnist")(DataSource(
+    load=lambda params, cfg, rng: _load_idx_dataset("mnist", params), defaults=dict(_FILE_PARAMS)))
+DATASETS.register("cifar10")(DataSource(load=_load_cifar10, defaults=dict(_FILE_PARAMS)))
