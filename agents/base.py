@@ -72,9 +72,9 @@ class SelectionAgent:
             a = np.zeros(n, dtype=np.int8)
             a[chosen] = 1
             return a
-        # topk: the chosen clients score highest, in their order of preference
+        # topk: the chosen clients score highest (in (0, 1], in their order of preference), the rest -1
         scores = np.full(n, -1.0, dtype=np.float32)
-        scores[chosen] = np.arange(len(chosen), 0, -1, dtype=np.float32) + 1.0
+        scores[chosen] = np.arange(len(chosen), 0, -1, dtype=np.float32) / max(len(chosen), 1)
         return scores
 
     # -- SB3's interface -------------------------------------------------

@@ -2,7 +2,7 @@
 
 - ``one``: ``Discrete(N)``, one client per round (FAVOR's training regime).
 - ``topk``: ``Box(N)`` of scores; the env takes the K highest-scoring *available* clients.
-- ``subset``: ``MultiBinary(N)``; exactly the marked clients, between 1 and K of them.
+- ``subset``: ``MultiBinary(N)`` (:class:`SubsetSpace`); exactly the marked clients, between 1 and K of them.
 
 Each mode is a small class with ``space()`` and ``decode(action, available) -> indices``;
 ``decode`` raises ``ValueError`` naming the problem and never has side effects, so
@@ -40,6 +40,36 @@ class ActionMode:
         return a
 
 
+class SubsetSpace(spaces.MultiBinary):
+    """``MultiBinary(N)`` restricted to vectors with between 1 and K ones.
+
+    ``sample()`` draws only valid subsets (so Gymnasium's and SB3's checkers, and
+    random exploration, produce actions the env accepts); ``contains`` checks the count.
+    """
+
+    def __init__(self, n: int, k: int, seed: Any = None) -> None:
+        super().__init__(n, seed=seed)
+        self.k = int(k)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        n = int(np.prod(self.shape))
+        allowed = np.arange(n) if mask is None else np.flatnonzero(np.asarray(mask).reshape(-1))
+        out = np.zeros(n, dtype=self.dtype)
+        if allowed.size:
+            count = int(self.np_random.integers(1, min(self.k, allowed.size) + 1))
+            out[self.np_random.choice(allowed, size=count, replace=False)] = 1
+        return out.reshape(self.shape)
+
+    def contains(self, x: Any) -> bool:
+        return bool(super().contains(x) and 1 <= int(np.asarray(x).sum()) <= self.k)
+
+    def __repr__(self) -> str:
+        return f"SubsetSpace({self.n}, k={self.k})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, SubsetSpace) and self.n == other.n and self.k == other.k
+
+
 @ACTION_MODES.register("one")
 class OneClient(ActionMode):
     def space(self) -> spaces.Space:
@@ -59,7 +89,8 @@ class OneClient(ActionMode):
 @ACTION_MODES.register("topk")
 class TopK(ActionMode):
     def space(self) -> spaces.Space:
-        return spaces.Box(low=-1e6, high=1e6, shape=(self.n,), dtype=np.float32)
+        # Scores only rank clients: any finite value is accepted; [-1, 1] is the range policies should emit.
+        return spaces.Box(low=-1.0, high=1.0, shape=(self.n,), dtype=np.float32)
 
     def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
         a = self._array(action, "'topk'")
@@ -81,7 +112,7 @@ class TopK(ActionMode):
 @ACTION_MODES.register("subset")
 class Subset(ActionMode):
     def space(self) -> spaces.Space:
-        return spaces.MultiBinary(self.n)
+        return SubsetSpace(self.n, self.k)
 
     def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
         a = self._array(action, "'subset'")

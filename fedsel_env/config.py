@@ -51,6 +51,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)
     "flat_parts": ["weights"],    # which parts the flat observation concatenates: weights, clients, progress
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
+    "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
 }
@@ -207,6 +208,7 @@ def validate(cfg: Dict[str, Any]) -> None:
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
     _int(cfg, "federation_seed", 0, allow_none=True)
+    _float(cfg, "divergence_loss", 0.0, lo_open=True)
     _validate_system(cfg["system"], cfg["num_clients"])
 
 

@@ -159,11 +159,11 @@ class FedSelectEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         selected = self.action_mode.decode(action, self.federation.system.available)  # may raise; no side effect
         self._round += 1
-        result = self.federation.run_round(selected, self._round - 1,
+        result, local_rows = self.federation.run_round(selected, self._round - 1,
                                            evaluate=self._round % self.config["eval_every"] == 0
                                            or self._round >= self.config["max_rounds"])
         prev_acc = self._accuracy
-        self._record(result)
+        self._record(result, local_rows)
         reward = self.reward_fn(RoundOutcome(self._accuracy, prev_acc, self.config["target_accuracy"],
                                              result.round_time, self._round))
         terminated = bool(result.evaluated and not result.diverged
@@ -173,7 +173,7 @@ class FedSelectEnv(gym.Env):
             self.federation.system.draw_round()
         return self._observe(), float(reward), terminated, truncated, self._info(result, terminated)
 
-    def _record(self, r: RoundResult) -> None:
+    def _record(self, r: RoundResult, local_rows: Optional[np.ndarray]) -> None:
         """Fold a round's result into the per-client state the observation shows."""
         resp = r.responders
         self._selected_last[:] = False
@@ -187,6 +187,8 @@ class FedSelectEnv(gym.Env):
             self._participation[resp] += 1
             self._last_selected_round[resp] = self._round
             self._updates_sent += resp.size
+            if local_rows is not None:  # FAVOR's state: each client's latest local model
+                self._weights[1 + resp] = local_rows
         if r.diverged:
             self._diverged = True
         if r.evaluated and not r.diverged:

@@ -73,6 +73,7 @@ class Federation:
         self.layout = self.trainer.layout
         self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
         self.train_seed = int(train_seed)
+        self.divergence_loss = float(cfg["divergence_loss"])
         self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets)))
         self.test_counts = np.diff(data.test_offsets).astype(np.float64)
         self.global_params: torch.Tensor = torch.zeros(self.layout.size)
@@ -170,7 +171,7 @@ class Federation:
                              diverged=diverged, evaluated=False)
         if evaluate and not diverged:
             ev = self.evaluate(self.global_params)
-            if not np.isfinite(ev.loss):
+            if not np.isfinite(ev.loss) or ev.loss > self.divergence_loss:
                 result.diverged = True
             result.evaluated = True
             result.accuracy, result.loss, result.client_accuracies = ev.accuracy, ev.loss, ev.client_accuracies

@@ -1,0 +1,230 @@
+"""The FedSelect env contract (SPEC §2): checkers, determinism, actions, availability, divergence, config errors."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agents
+import fedsel_env
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX
+
+TINY = {"num_clients": 6, "clients_per_round": 2, "max_rounds": 4, "model": "logreg",
+        "samples_per_client": 30, "target_accuracy": 0.99}
+
+
+def make(**over):
+    return FedSelectEnv(config={**TINY, **over})
+
+
+@pytest.mark.parametrize("mode", ["one", "topk", "subset"])
+@pytest.mark.parametrize("observation", ["dict", "flat"])
+def test_gymnasium_and_sb3_checkers(mode, observation):
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    env = make(action_mode=mode, observation=observation, flat_parts=["weights", "clients", "progress"])
+    gym_check(env, skip_render_check=True)
+    sb3_check(make(action_mode=mode, observation=observation), warn=False)
+
+
+def test_registered_ids_and_presets():
+    for env_id in fedsel_env.ENV_IDS.values():
+        assert env_id in gym.registry
+    env = gym.make("fedsel/FedSelect-Tiny-v0", config={"max_rounds": 2})
+    obs, info = env.reset(seed=0)
+    assert set(obs) == {"weights", "clients", "progress"}
+    assert obs["clients"].shape == (8, len(CLIENT_FEATURES))
+    assert obs["weights"].shape == (9, 9)  # d = min(100, N + 1)
+    assert env.unwrapped.config["max_rounds"] == 2
+
+
+def _rollout(env, seed, actions):
+    obs, info = env.reset(seed=seed)
+    traj = [obs]
+    infos = []
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        traj.append(obs)
+        infos.append((r, info["accuracy"], info["round_time"], tuple(info["responders"])))
+        if term or trunc:
+            break
+    return traj, infos
+
+
+def test_same_seed_same_trajectory_bit_for_bit():
+    actions = [np.arange(6, dtype=np.float32) * s for s in (1, -1, 1, -1)]
+    t1, i1 = _rollout(make(), 3, actions)
+    t2, i2 = _rollout(make(), 3, actions)
+    assert i1 == i2
+    for a, b in zip(t1, t2):
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_different_seed_different_partition():
+    e = make(partition="dirichlet", partition_params={"alpha": 0.3}, quantity_skew=0.5)
+    e.reset(seed=0)
+    n0 = e.selection_spec.num_samples.copy()
+    y0 = e.federation.data.y_train.clone()
+    e.reset(seed=1)
+    assert not (np.array_equal(n0, e.selection_spec.num_samples) and bool((y0 == e.federation.data.y_train).all()))
+
+
+def test_federation_seed_fixes_partition_across_episodes():
+    e = make(federation_seed=5, partition="dirichlet", partition_params={"alpha": 0.3})
+    e.reset(seed=0)
+    y0 = e.federation.data.y_train.clone()
+    w0 = e.federation.global_params.clone()
+    e.reset(seed=1)
+    assert bool((y0 == e.federation.data.y_train).all())
+    assert not bool((w0 == e.federation.global_params).all())  # a fresh model per episode
+
+
+@pytest.mark.parametrize("mode,bad,match", [
+    ("one", 6, "out of range"), ("one", -1, "out of range"), ("one", 1.5, "integer"),
+    ("one", np.array([1, 2]), "one integer"),
+    ("topk", np.zeros(5), "shape"), ("topk", np.full(6, np.nan), "NaN"), ("topk", ["a"] * 6, "numeric"),
+    ("subset", np.zeros(6, dtype=np.int8), "between 1 and K"), ("subset", np.ones(6, dtype=np.int8), "between 1"),
+    ("subset", np.array([2, 0, 0, 0, 0, 0]), "only 0 and 1"), ("subset", np.zeros(7), "shape"),
+])
+def test_invalid_actions_raise_and_change_nothing(mode, bad, match):
+    env = make(action_mode=mode)
+    obs, _ = env.reset(seed=0)
+    params = env.federation.global_params.clone()
+    clock = env.federation.system.clock
+    with pytest.raises(ValueError, match=match):
+        env.step(bad)
+    assert env._round == 0 and env.federation.system.clock == clock
+    assert bool((env.federation.global_params == params).all())
+    # the env still works after a rejected action, exactly as if it had not happened
+    good = {"one": 0, "topk": np.ones(6, np.float32), "subset": np.array([1, 0, 0, 0, 0, 0], np.int8)}[mode]
+    _, _, _, _, info = env.step(good)
+    ref = make(action_mode=mode)
+    ref.reset(seed=0)
+    _, _, _, _, info_ref = ref.step(good)
+    assert info["accuracy"] == info_ref["accuracy"]
+
+
+def test_unavailable_clients_do_not_report():
+    env = make(action_mode="subset", clients_per_round=6, system={"availability": 0.5}, max_rounds=10)
+    obs, _ = env.reset(seed=1)
+    seen_dropout = False
+    for _ in range(10):
+        avail = obs["clients"][:, FEATURE_INDEX["available"]] > 0.5
+        np.testing.assert_array_equal(avail, env.action_masks())
+        obs, r, term, trunc, info = env.step(np.ones(6, dtype=np.int8))
+        np.testing.assert_array_equal(info["responders"], np.flatnonzero(avail))
+        seen_dropout |= len(info["responders"]) < 6
+        if term or trunc:
+            break
+    assert seen_dropout
+
+
+def test_round_with_no_responder_leaves_model_unchanged():
+    env = make(action_mode="one", system={"availability": 0.3})
+    obs, _ = env.reset(seed=0)
+    for _ in range(4):
+        unavailable = np.flatnonzero(~env.action_masks())
+        if unavailable.size:
+            break
+        obs, *_ = env.step(0)
+    before = env.federation.global_params.clone()
+    _, _, _, _, info = env.step(int(unavailable[0]))
+    assert len(info["responders"]) == 0 and info["round_time"] == 0.0
+    assert bool((env.federation.global_params == before).all())
+
+
+def test_topk_takes_highest_scoring_available():
+    env = make(action_mode="topk", clients_per_round=3, system={"availability": 0.7})
+    env.reset(seed=2)
+    avail = np.flatnonzero(env.action_masks())
+    scores = np.arange(6, dtype=np.float32)
+    _, _, _, _, info = env.step(scores)
+    assert sorted(info["selected"]) == sorted(avail[np.argsort(-scores[avail])][:3])
+
+
+def test_reward_termination_and_info():
+    env = make(target_accuracy=0.2, max_rounds=30, clients_per_round=6, action_mode="topk")
+    env.reset(seed=0)
+    for _ in range(30):
+        obs, r, term, trunc, info = env.step(np.ones(6, np.float32))
+        assert r == pytest.approx(64 ** (info["accuracy"] - 0.2) - 1)
+        if term or trunc:
+            break
+    assert term and info["accuracy"] >= 0.2 and info["is_success"]
+    for key in ("accuracy", "loss", "client_accuracies", "selected", "responders", "round_time", "clock",
+                "participation", "jain_index", "min_participation_rate", "improved_fraction", "updates_sent",
+                "diverged", "acc_mean", "acc_std", "acc_var", "acc_worst10", "acc_best10", "profiling_time"):
+        assert key in info, key
+    assert info["client_accuracies"].shape == (6,)
+
+
+def test_truncated_at_budget():
+    env = make(max_rounds=3)
+    env.reset(seed=0)
+    flags = [env.step(np.ones(6, np.float32))[3] for _ in range(3)]
+    assert flags == [False, False, True]
+
+
+def test_divergence_ends_episode_with_finite_observation():
+    env = make(lr=1e35, max_rounds=20)
+    obs, _ = env.reset(seed=0)
+    for _ in range(20):
+        obs, r, term, trunc, info = env.step(np.ones(6, np.float32))
+        for v in obs.values():
+            assert np.all(np.isfinite(v))
+        assert np.isfinite(r)
+        if trunc or term:
+            break
+    assert trunc and info["diverged"]
+
+
+def test_context_and_cold_start_flag():
+    env = make(action_mode="subset", clients_per_round=2, system={"availability": 1.0})
+    obs, _ = env.reset(seed=0)
+    cold = obs["clients"][:, FEATURE_INDEX["ctx_cold"]]
+    assert np.all(cold == 0)  # everyone took part in the profiling round
+    obs, *_ = env.step(np.array([1, 1, 0, 0, 0, 0], np.int8))
+    np.testing.assert_array_equal(obs["clients"][:, FEATURE_INDEX["ctx_cold"]], [0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(obs["clients"][:, FEATURE_INDEX["responded_last_round"]], [1, 1, 0, 0, 0, 0])
+    comm = obs["clients"][:, FEATURE_INDEX["ctx_comm"]]
+    bw_lo, bw_hi = env.config["system"]["bandwidth"]
+    m = 4 * env.model_size
+    assert np.all((comm >= m / bw_hi) & (comm <= m / bw_lo))
+
+
+def test_exchange_time_follows_context():
+    env = make(action_mode="subset", system={"availability": 1.0, "noise_std": 0.0})
+    obs, _ = env.reset(seed=0)
+    ctx = obs["clients"][:, [FEATURE_INDEX[c] for c in ("ctx_cpu", "ctx_cold", "ctx_comm")]].astype(np.float64)
+    _, _, _, _, info = env.step(np.array([1, 1, 0, 0, 0, 0], np.int8))
+    theta = env.federation.system.theta_star
+    expect = np.einsum("ij,ij->i", ctx[:2], theta[:2])
+    assert info["round_time"] == pytest.approx(expect.max(), rel=1e-5)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("num_clients", 1, "num_clients"), ("clients_per_round", 99, "clients_per_round"),
+    ("action_mode", "all", "action_mode"), ("lr", -1, "lr"), ("target_accuracy", 1.5, "target_accuracy"),
+    ("dataset", "imagenet", "unknown dataset"), ("model", "resnet", "unknown model"),
+    ("aggregator", "fedsum", "unknown aggregator"), ("reward", "gold", "unknown reward"),
+    ("partition", "zipf", "unknown partition"), ("bogus", 1, "unknown config field"),
+    ("system", {"availability": 0}, "availability"), ("flat_parts", ["pixels"], "flat_parts"),
+    ("reward_params", {"xi": 0.5}, "xi"),
+])
+def test_bad_config_values_raise_value_error(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        make(**{field: value})
+
+
+def test_random_agent_drives_the_env():
+    env = gym.make("fedsel/FedSelect-Tiny-v0")
+    agent = agents.make("random", env.unwrapped.selection_spec, seed=0)
+    obs, _ = env.reset(seed=0)
+    done = False
+    while not done:
+        action, _ = agent.predict(obs)
+        obs, r, term, trunc, info = env.step(action)
+        assert len(info["selected"]) <= env.unwrapped.k
+        done = term or trunc
+    assert info["round"] >= 1
