@@ -1,0 +1,117 @@
+"""Active Federated Learning with the loss valuation (``afl``).
+
+J. Goetz, K. Malik, D. Bui, S. Moon, H. Liu, A. Kumar, "Active Federated
+Learning", arXiv:1909.12641, 2019 (seed 001). SPEC §4.
+
+Each client holds a valuation of how useful training on it would be; AFL's loss
+valuation is the global model's summed loss over the client's data, scaled by
+1/√n_k:
+
+    v_k = (1/√n_k) · Σ_{j ∈ D_k} l_j = √n_k · F_k,
+
+F_k being the mean loss k reports. Valuations are refreshed only for the clients
+that took part in a round (a client computes it when it trains); the others keep
+their stale value:
+
+    v_k^{(t+1)} = V(x_k, y_k; w^{(t)})  if k ∈ S_t,   v_k^{(t)}  otherwise.
+
+Each round (the paper's Algorithm 1):
+
+1. the ⌊α1·N⌋ clients with the lowest valuations get probability 0;
+2. the others get p_k ∝ exp(α2 · v_k);
+3. (1 − α3)·K clients are drawn from p without replacement;
+4. α3·K clients are drawn uniformly from the clients not yet drawn.
+
+α3·K is rounded to the nearest integer (halves up). Defaults α1 = 0.75,
+α2 = 0.01, α3 = 0.1 are the paper's. In the env a drawn client must be
+available: both draws are restricted to the available clients, and if fewer
+available clients have p > 0 than step 3 needs, the rest of step 3 is drawn
+uniformly too. The first observation after ``reset`` carries every client's loss
+(the profiling round), which initialises every valuation.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+import numpy as np
+
+from fedsel_env.spec import SelectionSpec
+
+from . import AGENTS
+from .base import SelectionAgent
+from .qffl import weighted_sample
+
+
+def _param(name: str, value, lo: float, hi: Optional[float], hi_open: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value >= lo
+    ok = ok and (hi is None or (value < hi if hi_open else value <= hi))
+    if not ok:
+        upper = "" if hi is None else f" and {'<' if hi_open else '<='} {hi}"
+        raise ValueError(f"parameter {name!r} = {value!r} is invalid: expected a number >= {lo}{upper}")
+    return float(value)
+
+
+@AGENTS.register("afl")
+class AFLAgent(SelectionAgent):
+    """AFL: softmax sampling over loss valuations, with the lowest α1·N excluded and α3·K uniform picks.
+
+    :param spec: the problem's public description.
+    :param seed: seed of the sampling generator.
+    :param alpha1: the fraction of clients (lowest valuations) given probability 0, in [0, 1).
+    :param alpha2: the softmax temperature on valuations.
+    :param alpha3: the fraction of the K picks drawn uniformly, in [0, 1].
+    """
+
+    name = "afl"
+    supported_modes = ("one", "topk", "subset")
+
+    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, alpha1: float = 0.75,
+                 alpha2: float = 0.01, alpha3: float = 0.1) -> None:
+        super().__init__(spec, seed)
+        self.alpha1 = _param("alpha1", alpha1, 0.0, 1.0, hi_open=True)
+        self.alpha2 = _param("alpha2", alpha2, 0.0, None)
+        self.alpha3 = _param("alpha3", alpha3, 0.0, 1.0)
+        self._sqrt_n = np.sqrt(spec.num_samples.astype(np.float64))
+        self.valuations: Optional[np.ndarray] = None
+
+    def reset(self, obs: Dict[str, np.ndarray]) -> None:
+        """Every client reported its loss in the profiling round: v_k = √n_k · F_k for all k."""
+        self.valuations = self._sqrt_n * self.spec.feature(obs, "loss").astype(np.float64)
+
+    def refresh_valuations(self, obs: Dict[str, np.ndarray]) -> None:
+        """v_k ← √n_k · F_k for the clients that took part in the last round only."""
+        if self.valuations is None:
+            self.reset(obs)
+            return
+        took_part = self.spec.feature(obs, "responded_last_round") > 0.5
+        loss = self.spec.feature(obs, "loss").astype(np.float64)
+        self.valuations[took_part] = self._sqrt_n[took_part] * loss[took_part]
+
+    def probabilities(self) -> np.ndarray:
+        """Steps 1–2: p over all N clients (0 for the ⌊α1·N⌋ lowest valuations, the rest ∝ exp(α2·v))."""
+        if self.valuations is None:
+            raise ValueError("AFL has no valuations yet: call reset(first_obs) or select(obs) first")
+        v = self.valuations
+        n_zero = int(np.floor(self.alpha1 * v.size))
+        zero = np.argsort(v, kind="stable")[:n_zero]
+        keep = np.ones(v.size, dtype=bool)
+        keep[zero] = False
+        logits = self.alpha2 * v
+        p = np.zeros(v.size)
+        p[keep] = np.exp(logits[keep] - logits[keep].max())  # minus the max: no overflow
+        return p / p.sum()
+
+    def num_uniform(self, k: int) -> int:
+        """How many of k picks step 4 draws uniformly: α3·K rounded (halves up), at most k."""
+        return min(int(np.floor(self.alpha3 * self.k + 0.5)), k)
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        self.refresh_valuations(obs)
+        avail = self.available(obs)
+        k = min(self.k, avail.size)
+        n_uniform = self.num_uniform(k)
+        p = self.probabilities()
+        by_value = weighted_sample(self.rng, avail, p[avail], k - n_uniform)  # step 3
+        rest = np.setdiff1d(avail, by_value)
+        uniform = self.rng.choice(rest, size=n_uniform, replace=False)          # step 4
+        return np.concatenate([by_value, uniform]).astype(np.int64)
