@@ -212,7 +212,7 @@ def _composition_partition(name: str, labels: np.ndarray, sizes: np.ndarray, tar
         warnings.warn(f"partition {name!r}: the pool holds too few samples of label(s) {short} for the "
                       f"requested composition; {moved} samples ({100 * moved / sizes.sum():.1f}%) were "
                       f"taken from other labels instead (fewer clients or samples_per_client keep it exact)",
-                      stacklevel=3)
+                      stacklevel=4)
     return _allocate(labels, counts, rng)
 
 
