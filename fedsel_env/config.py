@@ -24,9 +24,9 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     # --- model and local training (SPEC §3.3, §3.4) -------------------------
     "model": "mlp",               # logreg | mlp | fedmgda_cnn | favor_cnn | cifar_cnn
     "model_params": {},           # e.g. {"hidden": 64} for mlp
-    "local_epochs": 1,            # E
+    "local_epochs": 2,            # E
     "batch_size": 10,             # B
-    "lr": 0.05,                   # η, local SGD step
+    "lr": 0.1,                    # η, local SGD step
     "momentum": 0.0,              # local SGD momentum (0 = plain SGD)
     # --- aggregation (SPEC §3.5) ------------------------------------------
     "aggregator": "fedavg",       # fedavg | qfedavg | qfedsgd | fedmgda+ | fedprox | ...
@@ -44,7 +44,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "clients_per_round": 5,       # K
     "action_mode": "topk",        # one | topk | subset
     "target_accuracy": 0.9,       # Ω: the episode terminates when the global accuracy reaches it
-    "max_rounds": 50,             # round budget: truncated after it
+    "max_rounds": 60,             # round budget: truncated after it
     "reward": "favor",            # favor | accuracy_gain | time_penalised
     "reward_params": {},          # e.g. {"xi": 64} for favor
     "pca_components": None,       # d; None = min(100, N + 1)
@@ -57,10 +57,11 @@ DEFAULT_CONFIG: Dict[str, Any] = {
 }
 
 PRESETS: Dict[str, Dict[str, Any]] = {
-    # The fast default: scikit-learn's bundled digits, 20 clients, an MLP.
+    # The fast default: scikit-learn's bundled digits, 20 clients (σ = 0.8), an MLP, 5 per round, target 90%
+    # (random selection needs ~25-35 rounds; an episode takes about a second).
     "default": {},
     # A tiny federation for tests and smoke runs.
-    "tiny": {"num_clients": 8, "clients_per_round": 3, "max_rounds": 5, "model": "logreg",
+    "tiny": {"num_clients": 8, "clients_per_round": 3, "max_rounds": 5, "model": "logreg", "local_epochs": 1,
              "target_accuracy": 0.95, "samples_per_client": 40},
     # FAVOR's Fashion-MNIST setup (seed 002): 100 clients, 600 samples each, σ = 0.8, 10 per round,
     # 5 local epochs at batch 10, target 85%.

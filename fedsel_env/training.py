@@ -196,7 +196,7 @@ class BatchedTrainer:
     # ------------------------------------------------------------- evaluation
     @torch.no_grad()
     def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                          rows_per_pass: int = 8192) -> Tuple[torch.Tensor, torch.Tensor]:
+                          rows_per_pass: int = 1024) -> Tuple[torch.Tensor, torch.Tensor]:
         """Cross-entropy and correctness (1/0) of one model on every row of ``x``."""
         params = self.layout.unflatten(flat)
         losses, correct = [], []
