@@ -329,15 +329,25 @@ def _callbacks_module():
             self.deploy = deploy
             self.eval_seed = eval_seed
 
-        def restore(self, npz_path: Path) -> None:
-            """Take up the history of an earlier (interrupted) run."""
+        def _init_callback(self) -> None:
+            # as EvalCallback's, without its warning that the training envs (SubprocVecEnv) and the
+            # evaluation env (one DummyVecEnv in this process) are of different types: that is intended
+            for folder in (self.best_model_save_path, self.log_path and os.path.dirname(self.log_path)):
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+            if self.callback_on_new_best is not None:
+                self.callback_on_new_best.init_callback(self.model)
+
+        def restore(self, npz_path: Path, upto: int) -> None:
+            """Take up the history of an earlier (interrupted) run, up to the resumed checkpoint's step."""
             if not npz_path.is_file():
                 return
             with np.load(npz_path) as d:
-                self.evaluations_timesteps = d["timesteps"].tolist()
-                self.evaluations_results = d["results"].tolist()
-                self.evaluations_length = d["ep_lengths"].tolist()
-                self.evaluations_successes = d["successes"].tolist() if "successes" in d else []
+                keep = d["timesteps"] <= upto
+                self.evaluations_timesteps = d["timesteps"][keep].tolist()
+                self.evaluations_results = d["results"][keep].tolist()
+                self.evaluations_length = d["ep_lengths"][keep].tolist()
+                self.evaluations_successes = d["successes"][keep].tolist() if "successes" in d else []
             if self.evaluations_results:
                 self.best_mean_reward = float(max(np.mean(r) for r in self.evaluations_results))
 
@@ -387,14 +397,23 @@ def _callbacks_module():
             return True
 
     class AtomicCheckpointCallback(CheckpointCallback):
-        """SB3's ``CheckpointCallback`` writing atomically (replay buffer first, then the model, whose
-        presence marks a complete checkpoint) and keeping only the last ``keep`` checkpoints."""
+        """SB3's ``CheckpointCallback``, made consistent and atomic.
+
+        SB3's saves inside ``on_step``, before the step's transition enters the replay buffer (one
+        transition per env lost at each resume). This one marks a checkpoint as due in ``on_step`` and
+        writes it at the next ``on_rollout_start``, when every collected transition is stored and
+        every gradient step done; and once more at the end of training. The replay buffer is written
+        first, then the model, whose presence marks a complete checkpoint; each through a temp file and
+        ``os.replace``. Only the last ``keep`` checkpoints are kept.
+        """
 
         def __init__(self, *args: Any, keep: int = 2, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.keep = keep
+            self._due = False
 
         def save_now(self) -> Path:
+            self.num_timesteps = self.model.num_timesteps
             model_path = Path(self._checkpoint_path(extension="zip"))
             if self.save_replay_buffer and getattr(self.model, "replay_buffer", None) is not None:
                 atomic_save(self.model.save_replay_buffer, Path(self._checkpoint_path("replay_buffer_", extension="pkl")))
@@ -405,9 +424,19 @@ def _callbacks_module():
             return model_path
 
         def _on_step(self) -> bool:
-            if self.n_calls % self.save_freq == 0:
-                self.save_now()
+            if self.save_freq > 0 and self.n_calls % self.save_freq == 0:
+                self._due = True
             return True
+
+        def _on_rollout_start(self) -> None:
+            if self._due:
+                self.save_now()
+                self._due = False
+
+        def _on_training_end(self) -> None:
+            done = [p.name for p in list_checkpoints(Path(self.save_path))]
+            if self.save_freq > 0 and f"{self.name_prefix}_{self.model.num_timesteps}_steps.zip" not in done:
+                self.save_now()
 
     return DeployedEvalCallback, AtomicCheckpointCallback
 
@@ -466,6 +495,8 @@ def prepare(args: Args) -> Dict[str, Any]:
             old = yaml.safe_load(f)
         # the run's own settings win; only the bookkeeping flags of this call are kept
         keep = {k: getattr(args, k) for k in ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads")}
+        if args.n_timesteps is not None:  # a longer (or shorter) run may be asked for when resuming
+            keep["n_timesteps"] = args.n_timesteps
         args = Args(**{**old, **keep})
         with open(run_dir / "env_config.yaml") as f:
             env_config = yaml.safe_load(f)
@@ -550,11 +581,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                                    n_eval_episodes=args.eval_episodes,
                                    eval_freq=max(args.eval_freq // args.n_envs, 1) if args.eval_freq else 0,
                                    log_path=str(run_dir), best_model_save_path=str(run_dir), verbose=args.verbose)
-    ckpt_cb = AtomicCheckpointCallback(save_freq=max(args.save_freq // args.n_envs, 1) if args.save_freq else 10**12,
+    ckpt_cb = AtomicCheckpointCallback(save_freq=max(args.save_freq // args.n_envs, 1) if args.save_freq else 0,
                                        save_path=str(ckpt_dir), name_prefix=CKPT_PREFIX,
                                        save_replay_buffer=ALGOS[args.algo]["off_policy"], keep=args.keep_checkpoints)
     if args.resume:
-        eval_cb.restore(run_dir / "evaluations.npz")
+        eval_cb.restore(run_dir / "evaluations.npz", upto=model.num_timesteps)
 
     # 7. learn (on resume, only the remaining steps; counters, schedules and the buffer carry on)
     remaining = args.n_timesteps - model.num_timesteps
@@ -564,11 +595,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
             model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb], progress_bar=args.progress_bar,
                         tb_log_name=args.algo.upper(), reset_num_timesteps=not (args.resume and checkpoints))
     except KeyboardInterrupt:
-        ckpt_cb.model = model
+        ckpt_cb.init_callback(model)
+        ckpt_cb.num_timesteps = model.num_timesteps
         path = ckpt_cb.save_now()
         print(f"\nInterrupted at step {model.num_timesteps}: checkpoint {path}; continue with "
               f"`python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
-        env.close()
         raise SystemExit(130)
     elapsed = time.perf_counter() - start
 

@@ -230,3 +230,22 @@ def test_agents_make_favor(tmp_path):
     _saved_model(tmp_path, _spec(), ["weights"])
     agent = agents.make("favor", _spec(), model_path=str(tmp_path / "model.zip"))
     assert isinstance(agent, FavorAgent)
+
+
+def test_flatten_matches_the_env_flat_observation():
+    import gymnasium
+
+    import fedsel_env  # noqa: F401
+
+    parts = ["weights", "clients", "progress"]
+    base = {"action_mode": "topk", "flat_parts": parts}
+    dict_env = gymnasium.make("fedsel/FedSelect-Tiny-v0", config={**base, "observation": "dict"})
+    flat_env = gymnasium.make("fedsel/FedSelect-Tiny-v0", config={**base, "observation": "flat"})
+    obs_d, _ = dict_env.reset(seed=5)
+    obs_f, _ = flat_env.reset(seed=5)
+    np.testing.assert_array_equal(flatten_observation(obs_d, parts), obs_f)
+    action = np.arange(8, dtype=np.float32)
+    obs_d, *_ = dict_env.step(action)
+    obs_f, *_ = flat_env.step(action)
+    np.testing.assert_array_equal(flatten_observation(obs_d, parts), obs_f)
+    assert flat_size(dict_env.unwrapped.selection_spec, parts) == flat_env.observation_space.shape[0]

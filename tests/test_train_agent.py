@@ -1,0 +1,164 @@
+"""train_agent.py: a short FAVOR run gives a deployable top-K agent; --resume loses nothing; bad arguments fail fast."""
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import fedsel_env  # noqa: F401  (registers the env ids)
+from agents.favor import DoubleDQN, FavorAgent, deployment_config
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(1)
+
+
+def _load_script():
+    if str(ROOT) not in sys.path:  # the SubprocVecEnv workers import the env factory from the script
+        sys.path.insert(0, str(ROOT))
+    spec = importlib.util.spec_from_file_location("train_agent", ROOT / "train_agent.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_agent"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+train_agent = _load_script()
+QUIET = ["--no-progress-bar", "--verbose", "0"]
+# a few hundred steps on the tiny preset, fast settings (learning starts after 8 episodes of 5 rounds)
+FAST = ["--hyperparams", "learning_starts=40", "batch_size=16", "policy_kwargs={net_arch: [64]}"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A 200-step FAVOR run on the tiny preset with two worker processes, checkpointing every 100 steps."""
+    runs = tmp_path_factory.mktemp("runs")
+    run_dir = train_agent.main(["--algo", "favor", "--env", "tiny", "--n-timesteps", "200", "--n-envs", "2",
+                                "--eval-freq", "100", "--eval-episodes", "1", "--save-freq", "100",
+                                "--runs-dir", str(runs), "--name", "t", *FAST, *QUIET])
+    return run_dir
+
+
+def test_short_run_saves_model_with_its_env_config(tiny_run):
+    for name in ("model.zip", "env_config.yaml", "hyperparams.yaml", "args.yaml", "evaluations.npz", "summary.yaml"):
+        assert (tiny_run / name).is_file(), name
+    cfg = yaml.safe_load((tiny_run / "env_config.yaml").read_text())
+    assert cfg == fedsel_env.make_config(cfg)  # a complete, valid config, exactly as trained
+    assert (cfg["action_mode"], cfg["observation"], cfg["flat_parts"]) == ("one", "flat", ["weights"])
+    assert cfg["num_clients"] == fedsel_env.PRESETS["tiny"]["num_clients"]
+    model = DoubleDQN.load(tiny_run / "model.zip")
+    assert model.num_timesteps == 200
+    assert model.policy.q_net.q_net[0].out_features == 64  # the --hyperparams override took effect
+    with np.load(tiny_run / "evaluations.npz") as ev:
+        assert ev["timesteps"].tolist() == [100, 200]
+    assert list((tiny_run / "tb").iterdir())  # TensorBoard events
+
+
+def test_trained_model_selects_k_distinct_available_clients_in_topk(tiny_run):
+    cfg = deployment_config(yaml.safe_load((tiny_run / "env_config.yaml").read_text()))
+    env = gym.make("fedsel/FedSelect-Tiny-v0", config=cfg)
+    agent = FavorAgent.load(tiny_run / "model.zip", env.unwrapped.selection_spec)
+    k = env.unwrapped.selection_spec.clients_per_round
+    obs, _ = env.reset(seed=3)
+    done, rounds = False, 0
+    while not done:
+        available = env.unwrapped.action_masks()
+        action, _ = agent.predict(obs, deterministic=True)
+        chosen = np.argsort(-action)[: min(k, available.sum())]
+        assert len(set(chosen.tolist())) == len(chosen)
+        assert available[chosen].all()
+        obs, _, terminated, truncated, info = env.step(action)
+        assert sorted(info["selected"].tolist()) == sorted(chosen.tolist())  # the env took exactly those
+        done, rounds = terminated or truncated, rounds + 1
+    assert rounds >= 1
+
+
+def test_resume_continues_from_the_checkpoint_with_nothing_lost(tiny_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "t"
+    shutil.copytree(tiny_run, run)
+    ckpts = run / "checkpoints"
+    assert sorted(p.name for p in ckpts.glob("*.zip")) == ["ckpt_100_steps.zip", "ckpt_200_steps.zip"]
+    # the run "died" after the checkpoint at step 100
+    for p in list(ckpts.glob("*200*")) + [run / "model.zip"]:
+        p.unlink()
+    at_100 = DoubleDQN.load(ckpts / "ckpt_100_steps.zip")
+    assert at_100.num_timesteps == 100 and at_100._n_updates == 100 // 2 - 40 // 2
+    train_agent.main(["--name", "t", "--runs-dir", str(tmp_path), "--resume", "--n-timesteps", "300", *QUIET])
+    final = DoubleDQN.load(run / "model.zip")
+    assert final.num_timesteps == 300
+    # one gradient step per call of the two envs after learning_starts: nothing skipped, nothing repeated
+    assert final._n_updates == 300 // 2 - 40 // 2
+    last = DoubleDQN.load(ckpts / "ckpt_300_steps.zip")
+    last.load_replay_buffer(ckpts / "ckpt_replay_buffer_300_steps.pkl")
+    assert last.replay_buffer.pos == 300 // 2  # every transition of both envs kept across the resume
+    with np.load(run / "evaluations.npz") as ev:
+        assert ev["timesteps"].tolist() == [100, 200, 300]  # the eval history was taken up
+    assert [p.name for p in (run / "tb").iterdir()] == ["FAVOR_1"]  # one TensorBoard run, continued
+
+
+def test_ppo_trains_in_topk_mode(tmp_path):
+    run = train_agent.main(["--algo", "ppo", "--env", "fedsel/FedSelect-Tiny-v0", "--n-timesteps", "64",
+                            "--eval-freq", "0", "--save-freq", "0", "--runs-dir", str(tmp_path), *QUIET])
+    assert yaml.safe_load((run / "env_config.yaml").read_text())["action_mode"] == "topk"
+    assert (run / "model.zip").is_file()
+
+
+def _write(path: Path, data) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algo", "sac"], "unknown --algo 'sac'; algorithms: favor"),
+    (["--env", "nowhere"], "unknown --env 'nowhere': give a preset"),
+    (["--env", "missing.yaml"], "does not exist"),
+    (["--algo", "dqn", "--env-kwargs", "action_mode=topk"], "cannot act in action_mode 'topk'"),
+    (["--algo", "favor", "--env-kwargs", "action_mode=subset"], "Algorithms for 'subset': ['a2c', 'ppo']"),
+    (["--env-kwargs", "observation=dict"], "favor needs observation: flat"),
+    (["--algo", "ppo", "--env-kwargs", "observation=dict"], "use policy=MultiInputPolicy"),
+    (["--env-kwargs", "num_clients=0"], "'num_clients'"),
+    (["--env-kwargs", "clients"], "KEY=VALUE"),
+    (["--hyperparams", "learning_rat=0.1"], "unknown hyper-parameter(s) ['learning_rat']"),
+    (["--hyperparams", "learning_rate=fast"], "'lin_<number>'"),
+    (["--hyperparams", "policy_kwargs=list(1)"], "policy_kwargs"),
+    (["--n-envs", "0"], "--n-envs = 0"),
+    (["--resume"], "--resume needs --name"),
+    (["--resume", "--name", "never_ran"], "no run to continue"),
+])
+def test_bad_arguments_fail_before_anything_starts(argv, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as e:
+        train_agent.prepare(train_agent.parse_args([*argv, "--runs-dir", str(tmp_path)]))
+    assert message in str(e.value)
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_yaml_env_config_and_existing_run(tmp_path):
+    path = _write(tmp_path / "fed.yaml", {"preset": "tiny", "max_rounds": 7, "action_mode": "topk"})
+    with pytest.raises(ValueError, match="cannot act in action_mode 'topk'"):
+        train_agent.prepare(train_agent.parse_args(["--env", path, "--runs-dir", str(tmp_path)]))
+    path = _write(tmp_path / "fed.yaml", {"preset": "tiny", "max_rounds": 7})
+    setup = train_agent.prepare(train_agent.parse_args(["--env", path, "--runs-dir", str(tmp_path)]))
+    assert setup["env_config"]["max_rounds"] == 7 and setup["env_config"]["num_clients"] == 8
+    assert setup["env_config"]["action_mode"] == "one"  # the default topk replaced by FAVOR's training mode
+    assert setup["hp"]["n_timesteps"] == 2000  # the tiny preset's entry in configs/favor.yml
+    (tmp_path / "favor_fed_seed0").mkdir()
+    (tmp_path / "favor_fed_seed0" / "args.yaml").write_text("{}")
+    with pytest.raises(ValueError, match="already exists: pass --resume"):
+        train_agent.prepare(train_agent.parse_args(["--env", path, "--runs-dir", str(tmp_path)]))
+
+
+def test_command_line_reports_bad_arguments():
+    out = subprocess.run([sys.executable, str(ROOT / "train_agent.py"), "--algo", "sac"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "train_agent.py: error: unknown --algo 'sac'" in out.stderr
+    assert "Traceback" not in out.stderr
