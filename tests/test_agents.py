@@ -402,3 +402,47 @@ def test_predict_encodes_the_selection_in_the_action_mode(mode):
         assert set(np.argsort(-action)[:3].tolist()) == set(fastest[:3].tolist())
     batched, _ = agent.predict({k: v[None] for k, v in obs.items()})
     assert np.asarray(batched).shape[0] == 1
+
+
+# ------------------------------------------------------- full episodes in the env
+def run_episode(name: str, config: dict, seed: int = 0):
+    import gymnasium as gym
+
+    import fedsel_env  # noqa: F401  (registers the env ids)
+
+    env = gym.make("fedsel/FedSelect-Tiny-v0", config=config)
+    obs, _ = env.reset(seed=seed)
+    spec = env.unwrapped.selection_spec
+    agent = agents.make(name, spec, seed=seed)
+    k = 1 if spec.action_mode == "one" else spec.clients_per_round
+    rounds, done = 0, False
+    while not done:
+        action, _ = agent.predict(obs)
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert 1 <= len(info["selected"]) <= k
+        assert set(info["responders"].tolist()) <= set(info["selected"].tolist())
+        assert -1.0 < reward <= 0.0
+        rounds += 1
+        done = terminated or truncated
+    env.close()
+    return rounds, info
+
+
+def _backends():
+    from fedsel_env.aggregators import AGGREGATORS
+
+    return sorted(AGGREGATORS)
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("name", MY_AGENTS)
+def test_every_agent_runs_a_full_episode_with_every_backend(name, backend):
+    rounds, info = run_episode(name, {"aggregator": backend})
+    assert rounds >= 1 and (rounds == 5 or info["is_success"])
+    assert not info["diverged"]
+
+
+@pytest.mark.parametrize("mode", ["one", "subset"])
+@pytest.mark.parametrize("name", MY_AGENTS)
+def test_every_agent_runs_a_full_episode_in_the_other_action_modes(name, mode):
+    run_episode(name, {"action_mode": mode})
