@@ -1,0 +1,159 @@
+"""Evaluate client-selection policies head to head on the same federations (SPEC §1, §5).
+
+    python evaluate.py                                        # every hand-written agent, default preset, 5 seeds
+    python evaluate.py --env tiny --policy random --policy afl --seeds 0 1 2 3 4
+    python evaluate.py --policy all --policy runs/train/favor_default_seed0     # + a trained FAVOR model
+    python evaluate.py --policy random --policy rbcsf:v=10,beta=0.1 --policy fast=rbcsf:v=50
+    python evaluate.py --aggregator fedavg --aggregator qfedavg:q=1 --policy random --policy qffl
+    python evaluate.py --env configs/eval/hetero.yaml --workers 2 --name hetero
+    python evaluate.py --name hetero --env configs/eval/hetero.yaml --resume   # finish an interrupted run
+
+The script reads top to bottom (CleanRL style):
+1. the arguments (:class:`Args`);
+2. the plan: env config, policies, backends, seeds — every input checked before anything runs;
+3. the run folder (``runs/eval/<name>/``): new, or resumed when its ``config.json`` matches;
+4. the episodes: every policy × backend × seed from ``env.reset(seed)`` (common random numbers),
+   each appended to ``episodes.jsonl`` as it finishes, under a progress bar;
+5. the summary (mean ± std over seeds) as ``summary.csv`` and ``summary.md``, printed;
+6. the plots.
+
+The work is done by :mod:`fedsel_env.evaluation`; docs/EVALUATION.md lists every option and output.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+DEFAULT_SEEDS = [0, 1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------------------------------------- 1. args
+@dataclass
+class Args:
+    policy: List[str] = field(default_factory=list, metadata={
+        "help": "a policy: [LABEL=]AGENT[:KEY=VALUE,...] (e.g. rbcsf:v=10,beta=0.1), [LABEL=]MODEL_PATH (a saved "
+                "SB3 model .zip or a train_agent.py run folder), or 'all' (every hand-written agent); "
+                "repeat for several (default: all)"})
+    env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
+    env_kwargs: List[str] = field(default_factory=list, metadata={
+        "help": "env-config overrides KEY=VALUE (VALUE read as YAML), e.g. num_clients=40 'partition_params={sigma: 1.0}'"})
+    aggregator: List[str] = field(default_factory=list, metadata={
+        "help": "a backend NAME[:KEY=VALUE,...] (e.g. qfedavg:q=1); repeat to compare several (default: the env config's)"})
+    aggregator_param: List[str] = field(default_factory=list, metadata={
+        "help": "KEY=VALUE parameter of the (single) --aggregator, e.g. q=1"})
+    seeds: List[int] = field(default_factory=lambda: list(DEFAULT_SEEDS), metadata={"help": "episode seeds"})
+    rounds: Optional[int] = field(default=None, metadata={"help": "round budget per episode (default: the config's max_rounds)"})
+    target: Optional[float] = field(default=None, metadata={"help": "target accuracy Ω (default: the config's target_accuracy)"})
+    name: Optional[str] = field(default=None, metadata={"help": "run name: folder under --runs-dir (default: the env's name)"})
+    runs_dir: str = field(default="runs/eval", metadata={"help": "where run folders go"})
+    out: Optional[str] = field(default=None, metadata={"help": "the run folder itself (overrides --runs-dir/--name)"})
+    resume: bool = field(default=False, metadata={"help": "skip the episodes already in the run folder (same config only)"})
+    overwrite: bool = field(default=False, metadata={"help": "discard an existing evaluation in the run folder"})
+    workers: int = field(default=1, metadata={"help": "parallel worker processes (results are the same as with 1)"})
+    torch_threads: int = field(default=1, metadata={"help": "torch threads per process"})
+    plots: bool = field(default=True, metadata={"help": "write the PNG plots"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
+    """Build an argparse parser from :class:`Args` and parse ``argv``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        kind = str(f.type)
+        if kind == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
+        elif f.name in ("policy", "aggregator", "aggregator_param"):
+            parser.add_argument(flag, action="append", default=None, metavar="SPEC", help=f.metadata["help"])
+        elif f.name == "env_kwargs":
+            parser.add_argument(flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
+        elif f.name == "seeds":
+            parser.add_argument(flag, nargs="+", type=int, default=default, metavar="SEED", help=f.metadata["help"])
+        else:
+            parser.add_argument(flag, type=int if "int" in kind else float if "float" in kind else str,
+                                default=default, help=f.metadata["help"])
+    ns = vars(parser.parse_args(argv))
+    for key in ("policy", "aggregator", "aggregator_param"):
+        ns[key] = ns[key] or []
+    return Args(**ns)
+
+
+def list_choices() -> str:
+    """What can be evaluated: registered agents, backends, presets and env ids."""
+    import agents
+    from fedsel_env.aggregators import AGGREGATORS
+    from fedsel_env.config import ENV_IDS, PRESETS
+    from fedsel_env.evaluation import OPTIONAL_AGENT_MODULES
+
+    names = sorted(set(agents.AGENTS) | set(OPTIONAL_AGENT_MODULES))
+    lines = ["agents (--policy):"]
+    for n in names:
+        modes = getattr(agents.AGENTS.get(n), "supported_modes", None)
+        lines.append(f"  {n}" + (f"  modes {list(modes)}" if modes else "  (needs a model: favor:model_path=... "
+                                                                        "or pass the model path itself)"))
+    lines.append("backends (--aggregator): " + ", ".join(sorted(AGGREGATORS)))
+    lines.append("presets (--env): " + ", ".join(f"{p} ({ENV_IDS.get(p, '-')})" for p in PRESETS))
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Path:
+    """Evaluate as ``argv`` says; return the run folder."""
+    args = parse_args(argv)
+    if args.list:
+        print(list_choices())
+        return Path(args.runs_dir)
+    from fedsel_env import evaluation as ev
+    from fedsel_env.evaluation import parse_params
+
+    for name in ("workers", "torch_threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
+
+    # 2. the plan: every input checked here
+    plan = ev.make_plan(env=args.env, policies=args.policy, aggregators=args.aggregator,
+                        aggregator_params=args.aggregator_param, seeds=args.seeds, rounds=args.rounds,
+                        target=args.target, env_overrides=parse_params(args.env_kwargs, "--env-kwargs"))
+    for note in plan.notes:
+        print(f"note: {note}")
+
+    # 3. the run folder
+    name = args.name or (Path(args.env).stem if args.env.endswith((".yml", ".yaml")) else args.env.split("/")[-1])
+    out = Path(args.out) if args.out else Path(args.runs_dir) / name
+    run = ev.RunFolder.open(out, plan.record(), resume=args.resume, overwrite=args.overwrite)
+    cfg = plan.env_config
+    print(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
+          f"= {len(plan.tasks())} episodes on {args.env} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
+          f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
+
+    # 4. the episodes (interrupted: what finished is in episodes.jsonl)
+    try:
+        records = ev.run_plan(plan, run, workers=args.workers, progress=args.progress,
+                              torch_threads=args.torch_threads)
+    except KeyboardInterrupt:
+        print(f"\nInterrupted: finished episodes are in {out / ev.EPISODES_FILE}; continue with the same "
+              f"arguments plus --resume")
+        raise SystemExit(130)
+
+    # 5. the summary
+    rows = ev.summarise(records, plan)
+    print(run.write_summary(rows, plan))
+
+    # 6. the plots
+    if args.plots:
+        paths = ev.plot_all(records, plan, out)
+        print("plots: " + ", ".join(p.name for p in paths))
+    print(f"outputs in {out}")
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as e:
+        sys.exit(f"evaluate.py: error: {e}")
