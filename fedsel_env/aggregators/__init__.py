@@ -18,8 +18,21 @@ AGGREGATORS: Registry = Registry("aggregator")
 
 
 def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
-    """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator)."""
-    return AGGREGATORS.lookup(name)(**(params or {}))
+    """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator).
+
+    :raises ValueError: for an unknown name, an unknown parameter name, or a bad value.
+    """
+    import inspect
+
+    factory = AGGREGATORS.lookup(name)
+    params = dict(params or {})
+    sig = inspect.signature(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        allowed = [p for p in sig.parameters if p != "self"]
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown aggregator parameter(s) {unknown} for {name!r}; allowed: {sorted(allowed)}")
+    return factory(**params)
 
 
 # Importing the modules registers the built-in backends.
