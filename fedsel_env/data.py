@@ -28,6 +28,7 @@ import functools
 import gzip
 import os
 import pickle
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -76,7 +77,9 @@ class DataPool:
 
     def features(self, idx: np.ndarray) -> np.ndarray:
         """float32 model inputs of pool rows ``idx``."""
-        x = self.x[idx].astype(np.float32)
+        x = self.x[idx].astype(np.float32, copy=False)  # fancy indexing already copied
+        if self.scale == 1.0 and all(m == 0.0 for m in self.mean) and all(s == 1.0 for s in self.std):
+            return x
         shape = (-1,) + (1,) * (len(self.input_shape) - 1) if len(self.mean) > 1 else ()
         mean = np.asarray(self.mean, np.float32).reshape(shape)
         std = np.asarray(self.std, np.float32).reshape(shape)
@@ -175,20 +178,14 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
         totals = train_sizes + _test_sizes(train_sizes, cfg["test_fraction"])
     parts = partition_indices(partition, pool.y, totals, pool.num_classes, rng, cfg["partition_params"])
 
-    train_parts, test_parts = [], []
-    for k, idx in enumerate(parts):
-        tr, te = _split_by_label(idx, pool.y, pool.num_classes, int(totals[k] - train_sizes[k]), rng)
-        train_parts.append(tr)
-        test_parts.append(te)
-    train_idx = np.concatenate(train_parts)
-    test_idx = np.concatenate(test_parts)
+    train_idx, test_idx = split_by_label(parts, pool.y, pool.num_classes, totals - train_sizes, rng)
     return FederatedData(
         x_train=torch.from_numpy(pool.features(train_idx)),
         y_train=torch.from_numpy(pool.y[train_idx].astype(np.int64)),
-        train_offsets=np.concatenate([[0], np.cumsum([len(p) for p in train_parts])]).astype(np.int64),
+        train_offsets=np.concatenate([[0], np.cumsum(train_sizes)]).astype(np.int64),
         x_test=torch.from_numpy(pool.features(test_idx)),
         y_test=torch.from_numpy(pool.y[test_idx].astype(np.int64)),
-        test_offsets=np.concatenate([[0], np.cumsum([len(p) for p in test_parts])]).astype(np.int64),
+        test_offsets=np.concatenate([[0], np.cumsum(totals - train_sizes)]).astype(np.int64),
         input_shape=tuple(pool.input_shape),
         num_classes=int(pool.num_classes),
     )
@@ -232,28 +229,37 @@ def _train_sizes(cfg: Dict[str, Any], pool_size: int, name: str, rng: np.random.
         total -= max(1, int(np.ceil(over / (1 + tf))))
 
 
-def _split_by_label(idx: np.ndarray, labels: np.ndarray, num_classes: int, n_test: int,
-                    rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
-    """Split one client's indices into (train, test) with ``n_test`` test rows, stratified by label.
+def split_by_label(parts: List[np.ndarray], labels: np.ndarray, num_classes: int, test_sizes: np.ndarray,
+                   rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """Split every client's indices into train and test, stratified by label.
 
-    Label j gives its share c_j · n_test / |idx| to the test split (largest remainder, ties
-    broken at random); the partition already ordered ``idx`` at random, so the first rows
-    of each label go to test.
+    In client k, label j gives its share c_kj · t_k / |parts[k]| to the test split
+    (largest remainder per client, ties broken at random); the partition already ordered
+    each client's indices at random, so the first rows of each label go to test.
+
+    :param parts: N arrays of pool indices, client k's train and test together.
+    :param test_sizes: (N,) t_k.
+    :return: (train indices, test indices), each client's rows contiguous and in client order.
     """
-    lab = labels[idx]
-    counts = np.bincount(lab, minlength=num_classes)
-    real = counts * (n_test / max(1, idx.size))
-    take = np.floor(real).astype(np.int64)
-    short = n_test - int(take.sum())
-    if short > 0:
-        order = rng.permutation(num_classes)
-        order = order[np.argsort(-(real - take)[order], kind="stable")]
-        take[order[:short]] += 1
-    by_label = np.argsort(lab, kind="stable")
-    first_of_label = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    n = len(parts)
+    lengths = np.array([len(p) for p in parts], np.int64)
+    idx = np.concatenate(parts).astype(np.int64)
+    key = np.repeat(np.arange(n), lengths) * num_classes + labels[idx]  # (client, label) group of each row
+    counts = np.bincount(key, minlength=n * num_classes).reshape(n, num_classes)
+    real = counts * (np.asarray(test_sizes) / np.maximum(lengths, 1))[:, None]
+    take = np.floor(real + 1e-9).astype(np.int64)
+    short = np.asarray(test_sizes) - take.sum(axis=1)
+    order = np.lexsort((rng.random((n, num_classes)), -(real - take)))  # per row: largest fraction first
+    up = np.zeros_like(take)
+    np.put_along_axis(up, order, (np.arange(num_classes)[None, :] < short[:, None]).astype(np.int64), axis=1)
+    take += up
+    by_group = np.argsort(key, kind="stable")
+    group_start = np.concatenate([[0], np.cumsum(counts.ravel())[:-1]])
     rank = np.empty(idx.size, np.int64)
-    rank[by_label] = np.arange(idx.size) - first_of_label[lab[by_label]]
-    is_test = rank < take[lab]
+    rank[by_group] = np.arange(idx.size) - group_start[key[by_group]]
+    is_test = rank < take.ravel()[key]
+    if is_test.sum() != np.sum(test_sizes):  # a label cannot give more test rows than it has
+        raise RuntimeError("split_by_label: stratified split lost rows; this is a bug")
     return idx[~is_test], idx[is_test]
 
 
@@ -303,15 +309,16 @@ def generate_synthetic(train_sizes: np.ndarray, test_sizes: np.ndarray, alpha: f
     v = rng.normal(b_mean[:, None], 1.0, (n, d))
     w = rng.normal(u[:, None, None], 1.0, (n, d, c))
     b = rng.normal(u[:, None], 1.0, (n, c))
-    sigma_sqrt = np.arange(1, d + 1, dtype=np.float64) ** (-1.2 / 2)  # Σ is diagonal: x = v_k + Σ^½ z
-    x = rng.standard_normal((int(rows.sum()), d)) * sigma_sqrt
+    sigma_sqrt = (np.arange(1, d + 1, dtype=np.float64) ** (-1.2 / 2)).astype(np.float32)
+    x = rng.standard_normal((int(rows.sum()), d), dtype=np.float32)  # Σ is diagonal: x = v_k + Σ^½ z
+    x *= sigma_sqrt
     y = np.empty(int(rows.sum()), np.int64)
     ends = np.cumsum(rows)
     for k in range(n):
         s = slice(ends[k] - rows[k], ends[k])
-        x[s] += v[k]
-        y[s] = np.argmax(x[s] @ w[k] + b[k], axis=1)  # argmax softmax(z) = argmax z
-    return x.astype(np.float32), y
+        x[s] += v[k].astype(np.float32)
+        y[s] = np.argmax(x[s].astype(np.float64) @ w[k] + b[k], axis=1)  # argmax softmax(z) = argmax z
+    return x, y
 
 
 def _load_synthetic(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
@@ -351,11 +358,17 @@ def _file_key(path: Path) -> Tuple[str, int, int]:
 
 
 def _read_bytes(path: str) -> bytes:
-    if path.endswith(".gz"):
-        with gzip.open(path, "rb") as f:
-            return f.read()
     with open(path, "rb") as f:
-        return f.read()
+        raw = f.read()
+    if not path.endswith(".gz"):
+        return raw
+    # One zlib call is faster than gzip's chunked reader; a multi-member file falls back to gzip.
+    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(raw)
+    except zlib.error as e:
+        raise ValueError(f"{path} is not a valid gzip file: {e}") from None
+    return out if not d.unused_data and d.eof else gzip.decompress(raw)
 
 
 @functools.lru_cache(maxsize=16)
