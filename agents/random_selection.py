@@ -33,5 +33,7 @@ class RandomNkAgent(SelectionAgent):
 
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
         avail = self.available(obs)
+        if avail.size == 0:
+            return avail
         p = self.spec.num_samples[avail].astype(np.float64)
         return self.rng.choice(avail, size=min(self.k, avail.size), replace=False, p=p / p.sum())

@@ -72,7 +72,7 @@ def test_every_agent_is_registered():
 def test_every_agent_picks_at_most_k_distinct_available_clients(n, k_frac, mode, seed, p_avail):
     spec = make_spec(n=n, k=max(1, round(k_frac * n)), mode=mode)
     k = 1 if mode == "one" else spec.clients_per_round
-    for name in MY_AGENTS:
+    for name in MY_AGENTS + ("random", "random_nk"):
         rng = np.random.default_rng(seed)
         obs = make_obs(spec, rng, available=rng.random(n) < p_avail)
         agent = started(name, spec, obs, seed=seed)
