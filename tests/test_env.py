@@ -211,6 +211,8 @@ def test_exchange_time_follows_context():
     ("partition", "zipf", "unknown partition"), ("bogus", 1, "unknown config field"),
     ("system", {"availability": 0}, "availability"), ("flat_parts", ["pixels"], "flat_parts"),
     ("reward_params", {"xi": 0.5}, "xi"),
+    ("aggregator_params", {"qq": 1}, "unknown aggregator parameter"),
+    ("dataset_params", {"colour": 1}, "colour"),
 ])
 def test_bad_config_values_raise_value_error(field, value, match):
     with pytest.raises(ValueError, match=match):
