@@ -1,0 +1,285 @@
+"""What the reproduction scripts share: arguments, evaluation runs, Markdown fragments, figures, timing.
+
+Every script in ``experiments/`` regenerates one of SPEC §6's published results from seeds:
+
+1. it resolves its env configs (the paper's setup, scaled to this machine, or a ``--smoke`` one);
+2. it runs its episodes through :mod:`fedsel_env.evaluation` — the library behind ``evaluate.py``, so
+   the numbers come from the same code path users run — into ``runs/repro/<name>/<part>/`` (each an
+   evaluate.py run folder: ``config.json``, ``episodes.jsonl``, ``summary.csv``/``.md``, plots);
+3. it writes its Markdown table fragment (``table.md``), a JSON of the numbers in it
+   (``results.json``) and its PNG figures into ``runs/repro/<name>/``;
+4. unless ``--smoke`` or ``--no-publish``, it copies the figures to ``docs/img/repro_<name>*.png``, the
+   JSON to ``experiments/results/<name>.json``, and splices the fragment into
+   ``docs/REPRODUCTION.md`` between ``<!-- repro:<name> begin -->`` and ``<!-- repro:<name> end -->``,
+   so the document only ever shows numbers a committed script produced.
+
+A run folder whose ``config.json`` matches is resumed (finished episodes are kept), so an
+interrupted script continues where it stopped; a changed config starts that part afresh.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "REPRODUCTION.md"
+IMG_DIR = ROOT / "docs" / "img"
+RESULTS_DIR = ROOT / "experiments" / "results"
+RUNS_DIR = ROOT / "runs" / "repro"
+
+if str(ROOT) not in sys.path:  # train_agent.py lives at the root; worker processes import from it too
+    sys.path.insert(0, str(ROOT))
+
+
+def threads_to_one() -> None:
+    """One torch / BLAS thread per process (the machine's two cores are shared)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
+
+# ============================================================================================ arguments
+def parser(name: str, description: str) -> argparse.ArgumentParser:
+    """The arguments every script takes (a script adds its own).
+
+    :param name: the experiment's name (its folder under ``runs/repro``).
+    :param description: the first line of the script's docstring.
+    """
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--smoke", action="store_true",
+                   help="a tiny configuration (few clients, few rounds) that checks the script runs; "
+                        "publishes nothing")
+    p.add_argument("--out", default=str(RUNS_DIR / name), help="the experiment's folder (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1, help="evaluation worker processes (default: 1)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="episode seeds (default: the script's)")
+    p.add_argument("--no-publish", action="store_true",
+                   help="leave docs/ and experiments/results/ alone (outputs go to --out only)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Shared argument checks (``ValueError`` naming the option)."""
+    if args.workers < 1:
+        raise ValueError(f"--workers = {args.workers} is invalid: expected >= 1")
+    if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
+        raise ValueError(f"--seeds {args.seeds} is invalid: expected distinct integers >= 0")
+
+
+def publishing(args: argparse.Namespace) -> bool:
+    """Whether this run writes into docs/ and experiments/results/."""
+    return not (args.smoke or args.no_publish)
+
+
+# ========================================================================================== evaluation
+def evaluate(out: Path, env: Mapping[str, Any], policies: Sequence[str], seeds: Sequence[int],
+             aggregators: Sequence[str] = (), workers: int = 1, progress: bool = True,
+             env_name: str = "custom", plots: bool = True) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Any]:
+    """Run one evaluation (evaluate.py's library) into the run folder ``out``.
+
+    :param env: env-config fields, with an optional ``preset`` (as an eval config file's ``env``).
+    :param policies: ``--policy`` values (``random``, ``rbcsf:v=10``, ``favor=runs/.../model_dir``).
+    :param aggregators: ``--aggregator`` values (``qfedavg:q=1``); empty = the env config's.
+    :return: (episode records, summary rows, the plan).
+    """
+    from fedsel_env import evaluation as ev
+
+    plan = ev.make_plan(env=dict(env), policies=list(policies), aggregators=list(aggregators),
+                        seeds=list(seeds), env_name=env_name)
+    try:
+        run = ev.RunFolder.open(out, plan.record(), resume=True)
+    except ValueError:  # a folder of a different configuration: start this part afresh
+        run = ev.RunFolder.open(out, plan.record(), overwrite=True)
+    records = ev.run_plan(plan, run, workers=workers, progress=progress)
+    rows = ev.summarise(records, plan)
+    run.write_summary(rows, plan)
+    if plots:
+        ev.plot_all(records, plan, out)
+    return records, rows, plan
+
+
+def episodes_of(records: Sequence[Mapping[str, Any]], policy: str, backend: Optional[str] = None) -> List[Mapping[str, Any]]:
+    """The records of one policy (and backend), by seed."""
+    return sorted((r for r in records if r["policy"] == policy and (backend is None or r["backend"] == backend)),
+                  key=lambda r: r["seed"])
+
+
+def row_of(rows: Sequence[Mapping[str, Any]], policy: str, backend: Optional[str] = None) -> Mapping[str, Any]:
+    """The summary row of one policy (and backend)."""
+    for r in rows:
+        if r["policy"] == policy and (backend is None or r["backend"] == backend):
+            return r
+    raise KeyError(f"no summary row for policy {policy!r}, backend {backend!r}")
+
+
+def rounds_cell(eps: Sequence[Mapping[str, Any]], cap: int) -> str:
+    """Rounds to Ω over seeds: ``mean ± std`` when every episode reached Ω, else what is known.
+
+    An episode that never reached Ω within the ``cap`` rounds counts as "> cap": the cell then
+    gives the mean over the episodes that reached it and how many did, e.g. ``31 (2/3; 1 > 120)``.
+    """
+    reached = [r["metrics"]["rounds_to_target"] for r in eps if r["reached"]]
+    n, k = len(eps), len(reached)
+    if k == 0:
+        return f"> {cap} (0/{n})"
+    mean, std = float(np.mean(reached)), float(np.std(reached))
+    if k == n:
+        return f"{mean:.1f} ± {std:.1f}"
+    return f"{mean:.1f} ({k}/{n}; {n - k} > {cap})"
+
+
+def rounds_lower_bound(eps: Sequence[Mapping[str, Any]], cap: int) -> float:
+    """Mean rounds to Ω counting an episode that never reached it as ``cap`` (a lower bound)."""
+    return float(np.mean([r["metrics"]["rounds_to_target"] if r["reached"] else cap for r in eps]))
+
+
+# ============================================================================================ Markdown
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[str] = None) -> str:
+    """A Markdown table; ``align`` is one character per column (``l`` or ``r``; default: first left)."""
+    align = align or "l" + "r" * (len(headers) - 1)
+    sep = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def fmt(x: Any, spec: str = ".3f") -> str:
+    """A number for a table; ``—`` for None / NaN."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "—"
+    return format(x, spec)
+
+
+def mean_std(values: Sequence[float], spec: str = ".3f") -> str:
+    """``mean ± std`` of the finite values (``—`` if none)."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+    if v.size == 0:
+        return "—"
+    return f"{v.mean():{spec}} ± {v.std():{spec}}"
+
+
+def wall_time_note(seconds: float, workers: int, command: str) -> str:
+    """The line every fragment ends with: how long the run took here, and how to rerun it."""
+    return (f"\n*Generated by `{command}` in {seconds / 60:.1f} min wall time on this machine "
+            f"(2 shared CPU cores, {workers} worker process{'es' if workers > 1 else ''}).*\n")
+
+
+# ============================================================================================ outputs
+class Outputs:
+    """Where an experiment writes: its folder, and (when publishing) docs/ and experiments/results/.
+
+    :param name: the experiment's name (doc markers, figure and JSON names).
+    :param out: its folder (``runs/repro/<name>``).
+    :param publish: also write into docs/ and experiments/results/.
+    """
+
+    def __init__(self, name: str, out: Path, publish: bool) -> None:
+        self.name, self.out, self.publish = name, Path(out), publish
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.figures: List[str] = []
+
+    def figure(self, fig: Any, stem: str) -> Path:
+        """Save a matplotlib figure as ``<out>/<stem>.png`` (and ``docs/img/repro_<stem>.png``)."""
+        path = self.out / f"{stem}.png"
+        fig.savefig(path, format="png", dpi=100)
+        if self.publish:
+            IMG_DIR.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, IMG_DIR / f"repro_{stem}.png")
+        self.figures.append(stem)
+        return path
+
+    def results(self, data: Mapping[str, Any]) -> Path:
+        """Write the numbers behind the table as ``results.json`` (and ``experiments/results/<name>.json``)."""
+        text = json.dumps(_plain(data), indent=1, allow_nan=False) + "\n"
+        path = self.out / "results.json"
+        path.write_text(text)
+        if self.publish:
+            RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+            (RESULTS_DIR / f"{self.name}.json").write_text(text)
+        return path
+
+    def fragment(self, markdown: str) -> Path:
+        """Write ``table.md``; when publishing, splice it (with its figures) into docs/REPRODUCTION.md."""
+        images = "".join(f"\n![{stem}](img/repro_{stem}.png)\n" for stem in self.figures)
+        text = markdown.rstrip() + "\n" + images
+        path = self.out / "table.md"
+        path.write_text(text)
+        if self.publish:
+            splice(DOC, self.name, text)
+        return path
+
+
+def splice(doc: Path, name: str, text: str) -> None:
+    """Put ``text`` between the markers of ``name`` in ``doc`` (appended with markers if they are absent)."""
+    begin, end = f"<!-- repro:{name} begin -->", f"<!-- repro:{name} end -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    old = doc.read_text() if doc.is_file() else ""
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    new = pattern.sub(lambda _: block, old) if pattern.search(old) else old.rstrip() + "\n\n" + block + "\n"
+    tmp = doc.with_name(doc.name + ".tmp")
+    tmp.write_text(new)
+    os.replace(tmp, doc)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class Clock:
+    """Wall time since the script started."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def command_line(script: str, argv: Sequence[str]) -> str:
+    """How this run was invoked, for the fragment (the machine-specific --out is left out)."""
+    shown, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        if a.startswith("--out="):
+            continue
+        shown.append(a)
+    return " ".join(["python", f"experiments/{script}"] + shown)
+
+
+def figure(width: float = 7.5, height: float = 4.5, ncols: int = 1, nrows: int = 1) -> Tuple[Any, Any]:
+    """A matplotlib figure (no pyplot state) and its axes."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes if (nrows, ncols) != (1, 1) else axes[0, 0]
+
+
+def held(curve: Sequence[float], length: int) -> np.ndarray:
+    """A per-round curve held at its last value up to ``length`` points (the job ended at Ω)."""
+    v = np.asarray([np.nan if c is None else c for c in curve], dtype=np.float64)
+    return np.concatenate([v, np.full(length - v.size, v[-1])]) if v.size < length else v[:length]
