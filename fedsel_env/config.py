@@ -8,8 +8,11 @@ naming the field and what is allowed. SPEC.md §2–§3 says what each knob mean
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Union
+
+from .adversary import validate_adversary
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     # --- data (SPEC §3.1, §3.2) -------------------------------------------
@@ -54,6 +57,22 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
+    # --- attackers and unreliable clients (fedsel_env/adversary.py, docs/ROBUSTNESS.md); all off -----------
+    "adversary": {
+        "attackers": [],               # client ids of the attackers ...
+        "attacker_fraction": 0.0,      # ... or this fraction of N (>= 1 client if > 0) drawn from the federation seed
+        "loss_scale": 1.0,             # attackers report each per-sample loss l as loss_scale * l + loss_shift
+        "loss_shift": 0.0,             #   (observation's loss / loss_rms, and the aggregator's losses_before)
+        "update_scale": 1.0,           # attackers send w_t + update_scale * (w_k - w_t) + update_bias * u
+        "update_bias": 0.0,            #   (u: a unit vector drawn from the federation seed, shared by attackers)
+        "free_rider": False,           # attackers return w_t unchanged (no training)
+        "dropout": 0.0,                # per round, a selected and available client fails to report with this probability
+        "straggler_fraction": 0.0,     # this fraction of N (>= 1 if > 0), drawn from the federation seed, straggles:
+        "straggler_distribution": "pareto",  # pareto | lognormal: its exchange time gets a heavy-tailed extra delay
+        "straggler_scale": 5.0,        #   seconds: Pareto x_m (the smallest delay) / lognormal median
+        "straggler_shape": 1.5,        #   Pareto alpha / lognormal sigma
+        "deadline": None,              # seconds: the server stops waiting; later clients do not count (None: wait)
+    },
 }
 
 PRESETS: Dict[str, Dict[str, Any]] = {
@@ -161,14 +180,16 @@ def make_config(overrides: Optional[Mapping[str, Any]] = None,
         for k, v in layer.items():
             if k not in DEFAULT_CONFIG:
                 raise ValueError(f"unknown config field {k!r}; known fields: {sorted(DEFAULT_CONFIG)}")
-            if k == "system" and v is not None:
+            if k in ("system", "adversary"):  # mappings merged key by key; null keeps the defaults
+                if v is None:
+                    continue
                 if not isinstance(v, Mapping):
-                    _fail("system", v, "expected a mapping of system-model fields")
-                unknown = sorted(set(v) - set(DEFAULT_CONFIG["system"]))
+                    _fail(k, v, f"expected a mapping of {k} fields")
+                unknown = sorted(set(v) - set(DEFAULT_CONFIG[k]))
                 if unknown:
-                    raise ValueError(f"unknown config field(s) system.{unknown}; known: "
-                                     f"{sorted(DEFAULT_CONFIG['system'])}")
-                cfg["system"].update(copy.deepcopy(dict(v)))
+                    raise ValueError(f"unknown config field(s) {k}.{unknown}; known: "
+                                     f"{sorted(DEFAULT_CONFIG[k])}")
+                cfg[k].update(copy.deepcopy(dict(v)))
             else:
                 cfg[k] = copy.deepcopy(v)
     validate(cfg)
@@ -192,6 +213,8 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "local_epochs", 1, 1000)
     _int(cfg, "batch_size", 1)
     _float(cfg, "lr", 0.0, lo_open=True)
+    if not math.isfinite(cfg["lr"]):
+        _fail("lr", cfg["lr"], "expected a finite number > 0")
     _float(cfg, "momentum", 0.0, 0.999)
     _int(cfg, "clients_per_round", 1, cfg["num_clients"])
     if cfg["action_mode"] not in ACTION_MODES:
@@ -211,6 +234,7 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "federation_seed", 0, allow_none=True)
     _float(cfg, "divergence_loss", 0.0, lo_open=True)
     _validate_system(cfg["system"], cfg["num_clients"])
+    validate_adversary(cfg["adversary"], cfg["num_clients"])
 
 
 def _validate_system(sysc: Dict[str, Any], n: int) -> None:

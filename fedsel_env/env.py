@@ -25,6 +25,7 @@ from gymnasium import spaces
 
 from . import metrics
 from .actions import ACTION_MODES
+from .adversary import Adversary
 from .aggregators import make_aggregator
 from .config import make_config
 from .data import build_federated_data
@@ -123,7 +124,9 @@ class FedSelectEnv(gym.Env):
                              np.random.default_rng([fed_seed, 2]))
         system.rng = np.random.default_rng(int(seeds[1]))  # per-episode draws; θ* stays with the federation
         aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
-        self.federation = Federation(data, self._model, aggregator, system, cfg, train_seed=int(seeds[2]))
+        adversary = Adversary(cfg["adversary"], self.num_clients, fed_seed, int(seeds[1]), self.model_size)
+        self.federation = Federation(data, self._model, aggregator, system, cfg, train_seed=int(seeds[2]),
+                                     adversary=adversary)
         w0 = self.federation.layout.flatten(init_params(self._model, torch.Generator().manual_seed(int(seeds[3]))))
         aggregator.reset(w0)
         system.draw_round()  # the profiling round's contexts
@@ -144,12 +147,19 @@ class FedSelectEnv(gym.Env):
         self._round = 0
         self._updates_sent = 0
         self._diverged = False
+        self._attacker_rounds = 0      # rounds in which the policy selected at least one attacker
+        self._attacker_responses = 0   # updates that arrived from attackers
+        self._dropouts = 0
+        self._late = 0
         ev = self.federation.evaluate(w0)
         self._accuracy, self._loss_global, self._client_acc = ev.accuracy, ev.loss, ev.client_accuracies
         self._profiling_time = profiling_time
         info = {"accuracy": self._accuracy, "loss": self._loss_global, "round": 0,
                 "profiling_time": profiling_time, "clock": 0.0, "client_accuracies": self._client_acc.copy(),
-                "num_samples": self.selection_spec.num_samples.copy(), "model_size": self.model_size}
+                "num_samples": self.selection_spec.num_samples.copy(), "model_size": self.model_size,
+                "attackers": adversary.attackers.copy(), "stragglers": adversary.stragglers.copy(),
+                "honest_acc_mean": self._honest_accuracy(),
+                "profiling_diverged": self.federation.profiling_diverged}
         return self._observe(), info
 
     # -------------------------------------------------------------------- step
@@ -189,6 +199,12 @@ class FedSelectEnv(gym.Env):
             self._updates_sent += resp.size
             if local_rows is not None:  # FAVOR's state: each client's latest local model
                 self._weights[1 + resp] = local_rows
+        is_attacker = self.federation.adversary.is_attacker if self.federation.adversary is not None else None
+        if is_attacker is not None:
+            self._attacker_rounds += int(is_attacker[r.selected].any())
+            self._attacker_responses += int(is_attacker[resp].sum())
+        self._dropouts += int(r.dropped.size)
+        self._late += int(r.late.size)
         if r.diverged:
             self._diverged = True
         if r.evaluated and not r.diverged:
@@ -224,7 +240,14 @@ class FedSelectEnv(gym.Env):
         flat = np.concatenate([parts[p].reshape(-1) for p in self.config["flat_parts"]])
         return np.clip(flat, space.low, space.high).astype(np.float32)
 
+    def _honest_accuracy(self) -> float:
+        """Mean test accuracy over the honest clients (every client when there are no attackers)."""
+        adv = self.federation.adversary
+        honest = ~adv.is_attacker if adv is not None else np.ones(self.num_clients, dtype=bool)
+        return float(np.mean(self._client_acc[honest]))
+
     def _info(self, r: RoundResult, terminated: bool) -> Dict[str, Any]:
+        adv = self.federation.adversary
         info: Dict[str, Any] = {
             "round": self._round,
             "accuracy": self._accuracy,
@@ -241,6 +264,16 @@ class FedSelectEnv(gym.Env):
             "updates_sent": self._updates_sent,
             "diverged": self._diverged,
             "is_success": terminated,
+            # robustness (fedsel_env/adversary.py, docs/ROBUSTNESS.md)
+            "attackers": adv.attackers.copy(),
+            "attacker_selected": bool(adv.is_attacker[r.selected].any()),
+            "attacker_selected_rate": self._attacker_rounds / self._round,
+            "attacker_response_share": self._attacker_responses / max(self._updates_sent, 1),
+            "honest_acc_mean": self._honest_accuracy(),
+            "dropped": r.dropped.copy(),
+            "late": r.late.copy(),
+            "dropouts": self._dropouts,
+            "late_arrivals": self._late,
         }
         info.update(metrics.client_accuracy_summary(self._client_acc))
         info.update(metrics.participation_summary(self._participation, self._round))

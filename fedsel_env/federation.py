@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from sklearn.decomposition import PCA
 
+from .adversary import Adversary
 from .aggregators import Aggregator, ClientUpdates
 from .system import SystemModel
 from .training import BatchedTrainer
@@ -30,17 +31,19 @@ class RoundResult:
     """What one round produced (arrays over the N clients unless noted)."""
 
     selected: np.ndarray            # indices the action named
-    responders: np.ndarray          # the selected clients that were available
-    losses_before: np.ndarray       # F_k(w_t) of the responders (K',)
-    loss_rms_before: np.ndarray     # sqrt(mean squared loss) of the responders (K',)
+    responders: np.ndarray          # the selected clients whose update arrived (available, not dropped, on time)
+    losses_before: np.ndarray       # F_k(w_t) the responders reported (K',) (forged by attackers)
+    loss_rms_before: np.ndarray     # sqrt(mean squared loss) the responders reported (K',)
     exchange_times: np.ndarray      # τ of the responders (K',)
     round_time: float
-    improved_fraction: float        # share of responders whose training loss did not increase
+    improved_fraction: float        # share of responders whose (true) training loss did not increase
     diverged: bool
     evaluated: bool                 # whether the global model was evaluated this round
     accuracy: float = float("nan")
     loss: float = float("nan")
     client_accuracies: Optional[np.ndarray] = None
+    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # available but dropped out
+    late: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))     # missed the deadline
 
 
 @dataclass
@@ -59,11 +62,13 @@ class Federation:
     :param system: the system model.
     :param cfg: the env config (local training fields).
     :param train_seed: root of every client's minibatch-order generator.
+    :param adversary: attackers and unreliable clients (``fedsel_env.adversary``); ``None``: everyone honest.
     """
 
     def __init__(self, data, model: torch.nn.Module, aggregator: Aggregator, system: SystemModel,
-                 cfg: Dict, train_seed: int) -> None:
+                 cfg: Dict, train_seed: int, adversary: Optional[Adversary] = None) -> None:
         self.data = data
+        self.adversary = adversary
         self.n = len(data.train_offsets) - 1
         self.aggregator = aggregator
         self.system = system
@@ -77,6 +82,7 @@ class Federation:
         self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets)))
         self.test_counts = np.diff(data.test_offsets).astype(np.float64)
         self.global_params: torch.Tensor = torch.zeros(self.layout.size)
+        self.profiling_diverged = 0  # clients whose profiling-round model was not finite
         self.pca_mean: Optional[torch.Tensor] = None
         self.pca_components: Optional[torch.Tensor] = None
 
@@ -109,9 +115,18 @@ class Federation:
         clients = np.arange(self.n)
         local = self.trainer.train(w0, clients, self.generators(0, clients), epochs=1,
                                    prox_mu=self.aggregator.local_options().get("prox_mu", 0.0))
+        if self.adversary is not None:  # attackers lie in the profiling round too
+            local = self.adversary.forge_models(clients, w0, local)
         stacked = torch.cat([w0.unsqueeze(0), local]).to(torch.float64).numpy()
+        # A local model that blew up (an exploding learning rate) says nothing about the weight space: the
+        # map is fitted with w_0 in its place, and the episode's first round will report the divergence.
+        with np.errstate(over="ignore"):
+            broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))
+        self.profiling_diverged = int(broken.sum())
+        stacked[broken] = stacked[0]
         d = min(pca_components, stacked.shape[0], stacked.shape[1])
-        pca = PCA(n_components=d, random_state=pca_seed).fit(stacked)
+        with np.errstate(divide="ignore", invalid="ignore"):  # all rows equal: explained-variance ratio 0/0
+            pca = PCA(n_components=d, random_state=pca_seed).fit(stacked)
         self.pca_mean = torch.from_numpy(pca.mean_)
         self.pca_components = torch.from_numpy(pca.components_)
         z = self.project(torch.from_numpy(stacked))
@@ -121,6 +136,8 @@ class Federation:
                                              torch.zeros(pca_components - d, self.pca_components.shape[1],
                                                          dtype=torch.float64)])
         losses, rms = self.trainer.client_losses(w0, clients)
+        if self.adversary is not None:
+            losses, rms = self.adversary.report_losses(clients, losses, rms)
         profiling_time = float(self.system.exchange_times(clients).max())
         return z[1:], z[0], losses, rms, profiling_time
 
@@ -132,22 +149,44 @@ class Federation:
         """
         avail = self.system.available
         responders = np.asarray([c for c in selected if avail[c]], dtype=np.int64)
+        adv = self.adversary
+        dropped = late = np.zeros(0, dtype=np.int64)
+        round_time: Optional[float] = None  # None: the slowest responder's exchange time
+        took_part = responders
+        if adv is not None:  # drop-outs, straggler delays and the deadline decide whose update arrives
+            fate = adv.draw_round()
+            dropped, took_part = responders[fate.dropped[responders]], responders[~fate.dropped[responders]]
+            tau_all = self.system.exchange_times(took_part) + fate.delay[took_part]
+            on_time = tau_all <= adv.deadline if adv.deadline is not None else np.ones(took_part.size, bool)
+            responders, late = took_part[on_time], took_part[~on_time]
+            round_time = adv.deadline if late.size else (float(tau_all.max()) if tau_all.size else 0.0)
+            tau = tau_all[on_time]
+        else:
+            tau = self.system.exchange_times(responders)
         w_t = self.global_params
         diverged = False
         local_rows = None
+        reported = rms = np.zeros(0)
         if responders.size:
             losses, rms = self.trainer.client_losses(w_t, responders)
+            reported = losses
+            if adv is not None:
+                reported, rms = adv.report_losses(responders, losses, rms)
             n_k = torch.as_tensor(self.num_samples[responders], dtype=torch.float32)
             opts = self.aggregator.local_options()
             if self.aggregator.client_update == "full_gradient":
                 grads = self.trainer.full_gradients(w_t, responders)
                 local = None
+                if adv is not None:
+                    grads = adv.forge_gradients(responders, grads)
             else:
                 grads = None
                 local = self.trainer.train(w_t, responders, self.generators(round_index + 1, responders),
                                            prox_mu=float(opts.get("prox_mu", 0.0)))
+                if adv is not None:
+                    local = adv.forge_models(responders, w_t, local)
             updates = ClientUpdates(global_params=w_t, local_params=local, gradients=grads, num_samples=n_k,
-                                    losses_before=torch.as_tensor(losses, dtype=torch.float32),
+                                    losses_before=torch.as_tensor(reported, dtype=torch.float32),
                                     client_ids=responders, lr=float(self.trainer.lr), round=round_index)
             w_next = self.aggregator.aggregate(updates)
             diverged = not bool(torch.isfinite(w_next).all())
@@ -161,14 +200,12 @@ class Federation:
                 improved = 0.0
             self.global_params = w_next if not diverged else w_t
         else:
-            losses = rms = np.zeros(0)
             improved = float("nan")
-        tau = self.system.exchange_times(responders)
-        round_time = self.system.finish_round(responders)
+        round_time = self.system.finish_round(responders, round_time=round_time, took_part=took_part)
         result = RoundResult(selected=np.asarray(selected, dtype=np.int64), responders=responders,
-                             losses_before=np.asarray(losses), loss_rms_before=np.asarray(rms),
+                             losses_before=np.asarray(reported), loss_rms_before=np.asarray(rms),
                              exchange_times=tau, round_time=round_time, improved_fraction=improved,
-                             diverged=diverged, evaluated=False)
+                             diverged=diverged, evaluated=False, dropped=dropped, late=late)
         if evaluate and not diverged:
             ev = self.evaluate(self.global_params)
             if not np.isfinite(ev.loss) or ev.loss > self.divergence_loss:

@@ -18,7 +18,7 @@ see the same system on the same seed (common random numbers).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -67,12 +67,20 @@ class SystemModel:
         tau = np.einsum("ij,ij->i", self.context[clients], self.theta_star[clients]) + self._noise[clients]
         return np.maximum(tau, 0.0)
 
-    def finish_round(self, responders: np.ndarray) -> float:
-        """Charge the round to the clock (slowest responder) and record who took part; return the round time."""
+    def finish_round(self, responders: np.ndarray, round_time: Optional[float] = None,
+                     took_part: Optional[np.ndarray] = None) -> float:
+        """Charge the round to the clock and record who took part; return the round time.
+
+        :param responders: the clients whose updates arrived.
+        :param round_time: the round's length when the server decided it (a deadline, straggler
+            delays: ``fedsel_env/adversary.py``); ``None``: the slowest responder's exchange time.
+        :param took_part: the clients that trained this round (warm next round); ``None``: the responders.
+        """
         responders = np.asarray(responders, dtype=np.int64)
-        tau = self.exchange_times(responders)
-        round_time = float(tau.max()) if tau.size else 0.0
-        self.clock += round_time
+        if round_time is None:
+            tau = self.exchange_times(responders)
+            round_time = float(tau.max()) if tau.size else 0.0
+        self.clock += float(round_time)
         self.took_part_last = np.zeros(self.n, dtype=bool)
-        self.took_part_last[responders] = True
-        return round_time
+        self.took_part_last[responders if took_part is None else np.asarray(took_part, dtype=np.int64)] = True
+        return float(round_time)
