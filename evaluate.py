@@ -5,11 +5,11 @@
     python evaluate.py --policy all --policy runs/train/favor_default_seed0     # + a trained FAVOR model
     python evaluate.py --policy random --policy rbcsf:v=10,beta=0.1 --policy fast=rbcsf:v=50
     python evaluate.py --aggregator fedavg --aggregator qfedavg:q=1 --policy random --policy qffl
-    python evaluate.py --env configs/eval/hetero.yaml --workers 2 --name hetero
-    python evaluate.py --name hetero --env configs/eval/hetero.yaml --resume   # finish an interrupted run
+    python evaluate.py --config configs/eval/hetero_system.yaml --workers 2   # an eval config file
+    python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
 
 The script reads top to bottom (CleanRL style):
-1. the arguments (:class:`Args`);
+1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
 2. the plan: env config, policies, backends, seeds — every input checked before anything runs;
 3. the run folder (``runs/eval/<name>/``): new, or resumed when its ``config.json`` matches;
 4. the episodes: every policy × backend × seed from ``env.reset(seed)`` (common random numbers),
@@ -25,7 +25,7 @@ import argparse
 import sys
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 DEFAULT_SEEDS = [0, 1, 2, 3, 4]
 
@@ -33,16 +33,19 @@ DEFAULT_SEEDS = [0, 1, 2, 3, 4]
 # ---------------------------------------------------------------------------------------------- 1. args
 @dataclass
 class Args:
+    config: Optional[str] = field(default=None, metadata={
+        "help": "an eval config YAML (configs/eval/*.yaml) with any of: env, env_kwargs, policy, aggregator, "
+                "aggregator_param, seeds, rounds, target, name; options given here win"})
     policy: List[str] = field(default_factory=list, metadata={
         "help": "a policy: [LABEL=]AGENT[:KEY=VALUE,...] (e.g. rbcsf:v=10,beta=0.1), [LABEL=]MODEL_PATH (a saved "
                 "SB3 model .zip or a train_agent.py run folder), or 'all' (every hand-written agent); "
                 "repeat for several (default: all)"})
-    env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
-    env_kwargs: List[str] = field(default_factory=list, metadata={
+    env: Any = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
+    env_kwargs: Any = field(default_factory=list, metadata={
         "help": "env-config overrides KEY=VALUE (VALUE read as YAML), e.g. num_clients=40 'partition_params={sigma: 1.0}'"})
     aggregator: List[str] = field(default_factory=list, metadata={
         "help": "a backend NAME[:KEY=VALUE,...] (e.g. qfedavg:q=1); repeat to compare several (default: the env config's)"})
-    aggregator_param: List[str] = field(default_factory=list, metadata={
+    aggregator_param: Any = field(default_factory=list, metadata={
         "help": "KEY=VALUE parameter of the (single) --aggregator, e.g. q=1"})
     seeds: List[int] = field(default_factory=lambda: list(DEFAULT_SEEDS), metadata={"help": "episode seeds"})
     rounds: Optional[int] = field(default=None, metadata={"help": "round budget per episode (default: the config's max_rounds)"})
@@ -60,28 +63,45 @@ class Args:
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
-    """Build an argparse parser from :class:`Args` and parse ``argv``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    """Build an argparse parser from :class:`Args`, parse ``argv``, and fill what it leaves out from
+    the ``--config`` file, then from the defaults."""
+    from fedsel_env.evaluation import EVAL_CONFIG_KEYS, load_eval_config, parse_params
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    defaults = {}
     for f in fields(Args):
         flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-        kind = str(f.type)
+        defaults[f.name] = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        kind, helptext = str(f.type), f.metadata["help"]
+        if "default" not in helptext and defaults[f.name] not in (None, [], False):
+            helptext += f" (default: {defaults[f.name]})"
         if kind == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=helptext)
         elif f.name in ("policy", "aggregator", "aggregator_param"):
-            parser.add_argument(flag, action="append", default=None, metavar="SPEC", help=f.metadata["help"])
+            parser.add_argument(flag, action="append", default=None, help=helptext,
+                                metavar="KEY=VALUE" if f.name == "aggregator_param" else "SPEC")
         elif f.name == "env_kwargs":
-            parser.add_argument(flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
+            parser.add_argument(flag, nargs="*", default=None, metavar="KEY=VALUE", help=helptext)
         elif f.name == "seeds":
-            parser.add_argument(flag, nargs="+", type=int, default=default, metavar="SEED", help=f.metadata["help"])
+            parser.add_argument(flag, nargs="+", type=int, default=None, metavar="SEED", help=helptext)
         else:
             parser.add_argument(flag, type=int if "int" in kind else float if "float" in kind else str,
-                                default=default, help=f.metadata["help"])
-    ns = vars(parser.parse_args(argv))
-    for key in ("policy", "aggregator", "aggregator_param"):
-        ns[key] = ns[key] or []
-    return Args(**ns)
+                                default=None, help=helptext)
+    given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    values = dict(defaults)
+    if given.get("config"):
+        from_file = load_eval_config(given["config"])
+        values.update({k: v for k, v in from_file.items() if k in EVAL_CONFIG_KEYS})
+        if "name" not in from_file:
+            values["name"] = Path(given["config"]).stem
+        for key in ("env_kwargs", "aggregator_param"):  # mappings: the command line's items win key by key
+            if key in given:
+                given[key] = {**from_file.get(key, {}), **parse_params(given[key], "--" + key.replace("_", "-"))}
+    values.update(given)
+    for key in ("env_kwargs", "aggregator_param"):
+        if not isinstance(values[key], dict):
+            values[key] = parse_params(values[key], "--" + key.replace("_", "-"))
+    return Args(**values)
 
 
 def list_choices() -> str:
@@ -91,12 +111,18 @@ def list_choices() -> str:
     from fedsel_env.config import ENV_IDS, PRESETS
     from fedsel_env.evaluation import OPTIONAL_AGENT_MODULES
 
+    import inspect
+
     names = sorted(set(agents.AGENTS) | set(OPTIONAL_AGENT_MODULES))
-    lines = ["agents (--policy):"]
+    lines = ["agents (--policy NAME[:KEY=VALUE,...]):"]
     for n in names:
-        modes = getattr(agents.AGENTS.get(n), "supported_modes", None)
-        lines.append(f"  {n}" + (f"  modes {list(modes)}" if modes else "  (needs a model: favor:model_path=... "
-                                                                        "or pass the model path itself)"))
+        cls = agents.AGENTS.get(n)
+        if cls is None:
+            lines.append(f"  {n}: needs a saved model: --policy MODEL_PATH (or {n}:model_path=MODEL.zip)")
+            continue
+        params = [f"{p.name}={p.default!r}" for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+                  if p.name not in ("spec", "seed") and p.default is not p.empty]
+        lines.append(f"  {n}: modes {list(cls.supported_modes)}; params {', '.join(params) or 'none'}")
     lines.append("backends (--aggregator): " + ", ".join(sorted(AGGREGATORS)))
     lines.append("presets (--env): " + ", ".join(f"{p} ({ENV_IDS.get(p, '-')})" for p in PRESETS))
     return "\n".join(lines)
@@ -109,26 +135,26 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         print(list_choices())
         return Path(args.runs_dir)
     from fedsel_env import evaluation as ev
-    from fedsel_env.evaluation import parse_params
 
     for name in ("workers", "torch_threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
 
     # 2. the plan: every input checked here
+    env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
     plan = ev.make_plan(env=args.env, policies=args.policy, aggregators=args.aggregator,
                         aggregator_params=args.aggregator_param, seeds=args.seeds, rounds=args.rounds,
-                        target=args.target, env_overrides=parse_params(args.env_kwargs, "--env-kwargs"))
+                        target=args.target, env_overrides=args.env_kwargs, env_name=env_name)
     for note in plan.notes:
         print(f"note: {note}")
 
     # 3. the run folder
-    name = args.name or (Path(args.env).stem if args.env.endswith((".yml", ".yaml")) else args.env.split("/")[-1])
+    name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     out = Path(args.out) if args.out else Path(args.runs_dir) / name
     run = ev.RunFolder.open(out, plan.record(), resume=args.resume, overwrite=args.overwrite)
     cfg = plan.env_config
     print(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
-          f"= {len(plan.tasks())} episodes on {args.env} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
+          f"= {len(plan.tasks())} episodes on {env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
           f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
 
     # 4. the episodes (interrupted: what finished is in episodes.jsonl)

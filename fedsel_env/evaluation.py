@@ -20,8 +20,8 @@ The pipeline, top to bottom:
 5. **Plots** (:func:`plot_all`): accuracy against round and against simulated time (mean with a
    ±1 std band), per-client accuracy distributions, participation per client, round time per round.
 
-Episodes run in this process or in ``workers`` spawned processes (one torch thread each); the
-records are the same either way.
+Episodes run in this process or in ``workers`` worker processes (forkserver or spawn, one torch
+thread each); the records are the same either way.
 """
 from __future__ import annotations
 
@@ -480,12 +480,20 @@ class EvalPlan:
                           "backends": [asdict(b) for b in self.backends], "seeds": list(self.seeds)})
 
 
-def resolve_env(env: str) -> Tuple[Optional[str], Dict[str, Any]]:
+def resolve_env(env: Union[str, Mapping[str, Any]]) -> Tuple[Optional[str], Dict[str, Any]]:
     """``--env`` → (preset name or None, the config overrides it carries).
 
+    :param env: a preset name, an env id, a YAML env-config path, or a mapping of env-config fields
+        (which may name a ``preset``), as an eval config file may give it.
     :raises ValueError: for an unknown preset / env id or a missing YAML file, listing what fits.
     """
     by_id = {v: k for k, v in ENV_IDS.items()}
+    if isinstance(env, Mapping):
+        overrides = dict(env)
+        preset = overrides.pop("preset", None)
+        return by_id.get(preset, preset), overrides
+    if not isinstance(env, str):
+        raise ValueError(f"env {env!r} is invalid: expected a preset name, an env id, a YAML path or a mapping")
     if env in PRESETS:
         return env, {}
     if env in by_id:
@@ -499,21 +507,61 @@ def resolve_env(env: str) -> Tuple[Optional[str], Dict[str, Any]]:
                      f"or the path of a YAML env config")
 
 
-def make_plan(env: str = "default", policies: Sequence[str] = (), aggregators: Sequence[str] = (),
-              aggregator_params: Sequence[str] = (), seeds: Sequence[int] = (0, 1, 2),
-              rounds: Optional[int] = None, target: Optional[float] = None,
-              env_overrides: Optional[Mapping[str, Any]] = None) -> EvalPlan:
+#: Keys of an eval config file (``--config``): the command-line options of the same names.
+EVAL_CONFIG_KEYS = ("env", "env_kwargs", "policy", "aggregator", "aggregator_param", "seeds", "rounds",
+                    "target", "name")
+
+
+def load_eval_config(path: Union[str, Path]) -> Dict[str, Any]:
+    """Read an eval config file: a YAML mapping of :data:`EVAL_CONFIG_KEYS`.
+
+    ``env`` is a preset / env id / env YAML path or a mapping of env-config fields; ``policy`` and
+    ``aggregator`` a string or a list of them (the ``--policy`` / ``--aggregator`` syntax);
+    ``env_kwargs`` and ``aggregator_param`` mappings; ``seeds`` an integer list.
+
+    :raises ValueError: for a missing file, a non-mapping, or an unknown key (listing the allowed ones).
+    """
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"eval config file {str(p)!r} does not exist")
+    with open(p) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"eval config file {str(p)!r} must hold a mapping of {list(EVAL_CONFIG_KEYS)}")
+    unknown = sorted(set(data) - set(EVAL_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown} in eval config {str(p)!r}; allowed: {list(EVAL_CONFIG_KEYS)}")
+    for key in ("policy", "aggregator"):
+        if isinstance(data.get(key), str):
+            data[key] = [data[key]]
+    for key in ("policy", "aggregator", "seeds"):
+        if key in data and not isinstance(data[key], list):
+            raise ValueError(f"key {key!r} of eval config {str(p)!r} must be a list, got {data[key]!r}")
+    for key in ("env_kwargs", "aggregator_param"):
+        if key in data and not isinstance(data[key], dict):
+            raise ValueError(f"key {key!r} of eval config {str(p)!r} must be a mapping, got {data[key]!r}")
+    return data
+
+
+def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence[str] = (),
+              aggregators: Sequence[str] = (), aggregator_params: Optional[Mapping[str, Any]] = None,
+              seeds: Sequence[int] = (0, 1, 2), rounds: Optional[int] = None, target: Optional[float] = None,
+              env_overrides: Optional[Mapping[str, Any]] = None, env_name: Optional[str] = None) -> EvalPlan:
     """Check every input and resolve the evaluation.
 
-    :param env: a preset name, an env id (``fedsel/FedSelect-Tiny-v0``) or a YAML env-config path.
+    :param env: a preset name, an env id (``fedsel/FedSelect-Tiny-v0``), a YAML env-config path, or a
+        mapping of env-config fields (with an optional ``preset``).
     :param policies: ``--policy`` values (:func:`parse_policy`); ``all`` = every hand-written agent
         acting in the env's action mode; empty = ``all``.
     :param aggregators: ``--aggregator`` values (:func:`parse_backend`); empty = the env config's.
-    :param aggregator_params: ``KEY=VALUE`` items for the (single) aggregator.
+    :param aggregator_params: parameters of the (single) aggregator (``--aggregator-param``).
     :param seeds: episode seeds (distinct integers >= 0).
     :param rounds: the round budget (``max_rounds``); None = the config's.
     :param target: the target accuracy Ω (``target_accuracy``); None = the config's.
     :param env_overrides: more env-config fields.
+    :param env_name: what to call the env in titles (default: ``env`` when it is a string).
     :raises ValueError: naming the bad input and what fits.
     """
     preset, overrides = resolve_env(env)
@@ -533,7 +581,7 @@ def make_plan(env: str = "default", policies: Sequence[str] = (), aggregators: S
         raise ValueError(f"--seeds {seeds!r} is invalid: a seed is repeated")
     seeds = [int(s) for s in seeds]
 
-    extra = parse_params(list(aggregator_params), "--aggregator-param") if aggregator_params else {}
+    extra = dict(aggregator_params or {})
     if extra and len(aggregators) > 1:
         raise ValueError("--aggregator-param applies to a single --aggregator; to compare several backends "
                          "give each its parameters as NAME:KEY=VALUE,... (e.g. --aggregator qfedavg:q=1)")
@@ -545,9 +593,12 @@ def make_plan(env: str = "default", policies: Sequence[str] = (), aggregators: S
 
     from .env import FedSelectEnv
 
-    probe = FedSelectEnv(config=cfg)
+    probe = FedSelectEnv(config=json.loads(json.dumps(_jsonable(cfg))))
     spec = probe.selection_spec
-    plan = EvalPlan(env_config=cfg, policies=[], backends=backends, seeds=seeds, env_name=env)
+    _ENV_CACHE.clear()
+    _ENV_CACHE[json.dumps(_jsonable(cfg), sort_keys=True)] = probe  # the first backend's episodes reuse it
+    name = env_name or (env if isinstance(env, str) else "custom")
+    plan = EvalPlan(env_config=cfg, policies=[], backends=backends, seeds=seeds, env_name=name)
     for text in (list(policies) or ["all"]):
         if text.strip() == "all":
             names, skipped = hand_written_agents(spec)
@@ -659,6 +710,22 @@ def evaluate_task(task: EpisodeTask, env_config: Mapping[str, Any]) -> Dict[str,
     return _jsonable({**head, **record})
 
 
+def _worker_context(plan: EvalPlan) -> Any:
+    """Worker processes never fork this (possibly multi-threaded) process: ``forkserver`` where the
+    platform has it — a clean server process imports the simulator once and forks each worker from
+    it, so workers start in a fraction of a spawn's time — else ``spawn``."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    preload = ["fedsel_env.evaluation", "fedsel_env.env", "agents"]
+    if any(p.kind == "model" or p.source in OPTIONAL_AGENT_MODULES for p in plan.policies):
+        preload.append("agents.favor")
+    ctx.set_forkserver_preload(preload)
+    return ctx
+
+
 def _init_worker(torch_threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(torch_threads)
     import torch
@@ -670,7 +737,7 @@ def run_plan(plan: EvalPlan, run: "RunFolder", workers: int = 1, progress: bool 
              torch_threads: int = 1) -> List[Dict[str, Any]]:
     """Run every episode of ``plan`` not yet in ``run``'s ``episodes.jsonl``, appending each as it finishes.
 
-    :param workers: 1 = in this process; more = that many spawned processes.
+    :param workers: 1 = in this process; more = that many worker processes (:func:`_worker_context`).
     :param progress: show a tqdm bar over the episodes with the current policy and seed.
     :param torch_threads: torch threads per process (1 keeps runs identical across ``workers``).
     :return: all the plan's records (earlier and new), in plan order.
@@ -706,10 +773,9 @@ def run_plan(plan: EvalPlan, run: "RunFolder", workers: int = 1, progress: bool 
             finally:
                 torch.set_num_threads(threads)
         elif todo:
-            import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=mp.get_context("spawn"),
+            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
                                      initializer=_init_worker, initargs=(torch_threads,)) as pool:
                 futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
                 try:
