@@ -201,7 +201,7 @@ def parse_policy(text: str) -> PolicySpec:
             raise ValueError(f"bad --policy {text!r}: a saved model takes no parameters")
         zip_path, algo, train_config = resolve_model(source)
         tag = zip_path.parent.name if zip_path.name == "model.zip" else zip_path.stem
-        return PolicySpec(label=m.group("label") or f"{algo}:{tag}", kind="model", source=str(zip_path),
+        return PolicySpec(label=m.group("label") or f"{algo}:{tag}", kind="model", source=str(zip_path.resolve()),
                           algo=algo, train_config=train_config, sha256=_sha256(zip_path))
     raise ValueError(f"unknown policy {source!r}: give a registered agent {sorted(agents.AGENTS)} "
                      f"(optional: {sorted(set(OPTIONAL_AGENT_MODULES) - set(agents.AGENTS))}), "
@@ -884,7 +884,9 @@ class RunFolder:
                                  f"another --name / --out")
             with open(stored) as f:
                 old = json.load(f)
-            diffs = config_differences(old, _jsonable(config))
+            # the env's name is only a title: the same config reached as a preset or an env id is the same run
+            diffs = config_differences({k: v for k, v in old.items() if k != "env"},
+                                       {k: v for k, v in _jsonable(config).items() if k != "env"})
             if diffs:
                 raise ValueError(f"--resume: run folder {str(run.path)!r} was made by a different evaluation "
                                  f"({'; '.join(diffs)}); use another --name / --out, or --overwrite to start over")
@@ -1094,7 +1096,8 @@ def plot_all(records: Sequence[Mapping[str, Any]], plan: EvalPlan, out: Union[st
     counts = np.stack([np.mean([r["clients"]["participation"] for r in eps], axis=0) for _, eps in groups])
     im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_yticks(range(len(groups)), [g[0] for g in groups])
-    ax.set_xticks(range(n), [str(i) for i in range(n)], fontsize="small" if n <= 40 else "xx-small")
+    if n <= 40:  # every client labelled; beyond that the default ticks keep the axis legible
+        ax.set_xticks(range(n), [str(i) for i in range(n)], fontsize="small")
     ax.set(title="Rounds each client took part in (mean over seeds)\nan episode ends at Ω or at the round budget",
            xlabel="client index", ylabel="policy")
     fig.colorbar(im, ax=ax, label="rounds participated (count)")
