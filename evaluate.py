@@ -50,7 +50,7 @@ class Args:
     seeds: List[int] = field(default_factory=lambda: list(DEFAULT_SEEDS), metadata={"help": "episode seeds"})
     rounds: Optional[int] = field(default=None, metadata={"help": "round budget per episode (default: the config's max_rounds)"})
     target: Optional[float] = field(default=None, metadata={"help": "target accuracy Ω (default: the config's target_accuracy)"})
-    name: Optional[str] = field(default=None, metadata={"help": "run name: folder under --runs-dir (default: the env's name)"})
+    name: Optional[str] = field(default=None, metadata={"help": "run name: folder under --runs-dir (default: the env's name, numbered -2, -3… when taken; --resume takes the latest)"})
     runs_dir: str = field(default="runs/eval", metadata={"help": "where run folders go"})
     out: Optional[str] = field(default=None, metadata={"help": "the run folder itself (overrides --runs-dir/--name)"})
     resume: bool = field(default=False, metadata={"help": "skip the episodes already in the run folder (same config only)"})
@@ -60,6 +60,18 @@ class Args:
     plots: bool = field(default=True, metadata={"help": "write the PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
+
+
+def _numbered_folder(runs_dir: Path, name: str, latest: bool) -> Path:
+    """``runs_dir/name``, ``name-2``, ``name-3``…: the latest that holds a run (``latest``) or the first free one."""
+    def holds_run(p: Path) -> bool:
+        return (p / "config.json").exists()
+
+    candidates = [runs_dir / name] + [runs_dir / f"{name}-{i}" for i in range(2, 10_000)]
+    used = [p for p in candidates if holds_run(p)]
+    if latest:
+        return used[-1] if used else candidates[0]
+    return next(p for p in candidates if not holds_run(p))
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
@@ -150,7 +162,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
 
     # 3. the run folder
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
-    out = Path(args.out) if args.out else Path(args.runs_dir) / name
+    if args.out:
+        out = Path(args.out)
+    elif args.name or args.overwrite:
+        out = Path(args.runs_dir) / name
+    else:  # default folders are numbered, so re-running the same command starts a new run (or resumes the latest)
+        out = _numbered_folder(Path(args.runs_dir), name, latest=args.resume)
     run = ev.RunFolder.open(out, plan.record(), resume=args.resume, overwrite=args.overwrite)
     cfg = plan.env_config
     print(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "

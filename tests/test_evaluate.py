@@ -326,3 +326,12 @@ def test_workers_give_the_same_results_as_serial(default_run, tmp_path):
     assert len(parallel) == 6
     for key, r in parallel.items():
         assert r == serial[key]
+
+
+def test_default_run_folders_are_numbered_so_the_same_command_reruns(tmp_path):
+    args = TINY + ["--seeds", "0", "--no-plots", "--policy", "random", "--runs-dir", str(tmp_path)]
+    evaluate.main(args)
+    evaluate.main(args)  # the README's command run twice: a second folder, not an error
+    assert (tmp_path / "tiny" / "config.json").exists() and (tmp_path / "tiny-2" / "config.json").exists()
+    evaluate.main(args + ["--resume"])  # resumes the latest: nothing new to run, no third folder
+    assert not (tmp_path / "tiny-3").exists()
