@@ -1,0 +1,182 @@
+"""The server's view of a real federation, as the Dict observation fedsel agents were trained on (SPEC §2).
+
+``FedSelectEnv`` builds its observation from the simulator; here the same three parts
+are built from what Flower clients report and what the server itself sees:
+
+- ``weights`` (N+1, d): FAVOR's state — the PCA of the global model (row 0) and of each
+  client's latest local model. As in the env, the PCA is fitted once on the profiling
+  round's N+1 weight vectors (every client trains one epoch from w_0) with d components
+  and kept fixed; rows of clients that have not trained since keep their last value.
+- ``clients`` (N, F), columns ``fedsel_env.spec.CLIENT_FEATURES``:
+  ``loss``/``loss_rms`` — reported by the client (F_k(w_t) before local training);
+  ``num_samples`` — reported n_k / max n; ``rounds_since_selected``,
+  ``participation_rate``, ``selected_last_round``, ``responded_last_round`` and
+  ``ctx_cold`` — the server's own records; ``available`` — the SuperNode is connected;
+  ``last_exchange_time`` τ — the reply's creation time minus the instruction's (the
+  server's measure of one model exchange: queueing, computation and transfer);
+  ``ctx_cpu`` — the client's last local-computation seconds per sample and epoch over
+  the median of all clients' (≈ 1/μ: 1 at the median speed, 2 when twice as slow);
+  ``ctx_comm`` — the part of τ the client did not spend computing (τ − handle time,
+  ≈ M/B). The simulator draws the contexts from RBCS-F's system model; a real server
+  can only estimate them from the last exchange, which is what these are.
+- ``progress`` (2,): rounds played / ``max_rounds`` and the last measured global accuracy.
+
+Every part is clipped to the env's observation space for the same config (same bounds).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from sklearn.decomposition import PCA
+
+from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX
+
+#: The env's bound on reported losses (``fedsel_env.env._LOSS_CAP``).
+LOSS_CAP = 1e4
+
+
+def observation_space(cfg: Mapping[str, Any], num_clients: int, pca_components: int, model_size: int) -> spaces.Dict:
+    """The env's Dict observation space for ``cfg`` (the bounds of ``FedSelectEnv._observation_space``).
+
+    :param cfg: the fedsel config (its ``system`` field sets the context bounds).
+    :param num_clients: N.
+    :param pca_components: d.
+    :param model_size: the model's parameter count P.
+    """
+    s = cfg["system"]
+    high = np.ones(len(CLIENT_FEATURES), dtype=np.float32)
+    high[FEATURE_INDEX["loss"]] = LOSS_CAP
+    high[FEATURE_INDEX["loss_rms"]] = LOSS_CAP
+    high[FEATURE_INDEX["ctx_cpu"]] = 1.0 / s["cpu_share"][0]
+    high[FEATURE_INDEX["ctx_comm"]] = 4.0 * model_size / s["bandwidth"][0]
+    high[FEATURE_INDEX["last_exchange_time"]] = 1e6
+    n, d = num_clients, pca_components
+    return spaces.Dict({
+        "weights": spaces.Box(-1e6, 1e6, shape=(n + 1, d), dtype=np.float32),
+        "clients": spaces.Box(np.zeros((n, len(CLIENT_FEATURES)), np.float32), np.tile(high, (n, 1)),
+                              dtype=np.float32),
+        "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
+    })
+
+
+class WeightPCA:
+    """FAVOR's fixed PCA of flat weights, fitted as ``Federation.profile`` fits it.
+
+    :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
+    :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
+    :param seed: the PCA's ``random_state``.
+    """
+
+    def __init__(self, stacked: np.ndarray, components: int, seed: int) -> None:
+        stacked = np.asarray(stacked, dtype=np.float64)
+        d = min(components, stacked.shape[0], stacked.shape[1])
+        pca = PCA(n_components=d, random_state=seed).fit(stacked)
+        self.mean = torch.from_numpy(pca.mean_)
+        comps = torch.from_numpy(pca.components_)
+        if d < components:
+            comps = torch.cat([comps, torch.zeros(components - d, comps.shape[1], dtype=torch.float64)])
+        self.components = comps
+
+    def project(self, flat: torch.Tensor) -> np.ndarray:
+        """PCA coordinates: (P,) → (d,), (K, P) → (K, d)."""
+        return ((flat.to(torch.float64) - self.mean) @ self.components.T).numpy()
+
+
+class ServerView:
+    """Per-client records of a Flower server, turned into the env's Dict observation.
+
+    :param cfg: the fedsel config.
+    :param num_samples: n_k as the clients reported them, shape (N,).
+    :param pca: the profiling round's :class:`WeightPCA`.
+    :param global_row: PCA of w_0, (d,).
+    :param client_rows: PCA of the profiling round's local models, (N, d).
+    :param losses: F_k(w_0) reported in the profiling round, (N,).
+    :param loss_rms: √mean squared loss, (N,).
+    :param compute_per_sample: local-computation seconds per sample and epoch of the profiling round, (N,).
+    :param exchange_times: τ of the profiling round, (N,).
+    :param transfer_times: τ minus the client's handle time, (N,).
+    :param model_size: P.
+    :param accuracy: global accuracy of w_0 (0 when unknown).
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], num_samples: np.ndarray, pca: WeightPCA, global_row: np.ndarray,
+                 client_rows: np.ndarray, losses: np.ndarray, loss_rms: np.ndarray,
+                 compute_per_sample: np.ndarray, exchange_times: np.ndarray, transfer_times: np.ndarray,
+                 model_size: int, accuracy: float = 0.0) -> None:
+        n = len(num_samples)
+        self.n, self.budget = n, int(cfg["max_rounds"])
+        self.num_samples = np.asarray(num_samples, dtype=np.int64)
+        self.pca = pca
+        d = pca.components.shape[0]
+        self.space = observation_space(cfg, n, d, model_size)
+        self.weights = np.zeros((n + 1, d))
+        self.weights[0], self.weights[1:] = global_row, client_rows
+        self.loss = np.asarray(losses, dtype=np.float64).copy()
+        self.loss_rms = np.asarray(loss_rms, dtype=np.float64).copy()
+        self.compute = np.asarray(compute_per_sample, dtype=np.float64).copy()
+        self.last_tau = np.asarray(exchange_times, dtype=np.float64).copy()
+        self.transfer = np.asarray(transfer_times, dtype=np.float64).copy()
+        self.round = 0
+        self.accuracy = float(accuracy)
+        self.last_selected_round = np.zeros(n)  # the profiling round counts as round 0
+        self.participation = np.zeros(n, dtype=np.int64)
+        self.selected_last = np.zeros(n, dtype=bool)
+        self.responded_last = np.zeros(n, dtype=bool)
+        self.took_part_last = np.ones(n, dtype=bool)  # everyone took part in the profiling round
+
+    def record_round(self, selected: np.ndarray, responders: np.ndarray, losses: np.ndarray, loss_rms: np.ndarray,
+                     local_rows: Optional[np.ndarray], global_row: np.ndarray, exchange_times: np.ndarray,
+                     compute_per_sample: np.ndarray, transfer_times: np.ndarray) -> None:
+        """Fold one finished round into the records (arrays over the responders unless noted).
+
+        :param selected: the clients the agent chose (indices).
+        :param responders: the clients that replied.
+        :param local_rows: PCA of the responders' local models (K', d), or None (gradients were sent).
+        :param global_row: PCA of the new global model (d,).
+        """
+        self.round += 1
+        resp = np.asarray(responders, dtype=np.int64)
+        self.selected_last[:] = False
+        self.selected_last[np.asarray(selected, dtype=np.int64)] = True
+        self.responded_last[:] = False
+        self.responded_last[resp] = True
+        self.took_part_last = self.responded_last.copy()
+        if resp.size:
+            self.loss[resp] = losses
+            self.loss_rms[resp] = loss_rms
+            self.last_tau[resp] = exchange_times
+            self.compute[resp] = compute_per_sample
+            self.transfer[resp] = transfer_times
+            self.participation[resp] += 1
+            self.last_selected_round[resp] = self.round
+            if local_rows is not None:
+                self.weights[1 + resp] = local_rows
+        self.weights[0] = global_row
+
+    def observe(self, available: np.ndarray) -> Dict[str, np.ndarray]:
+        """The Dict observation for the coming round; ``available`` (N,) bool: connected SuperNodes."""
+        n, f = self.n, FEATURE_INDEX
+        c = np.zeros((n, len(CLIENT_FEATURES)), dtype=np.float64)
+        c[:, f["loss"]] = self.loss
+        c[:, f["loss_rms"]] = self.loss_rms
+        ns = self.num_samples.astype(np.float64)
+        c[:, f["num_samples"]] = ns / ns.max()
+        c[:, f["rounds_since_selected"]] = (self.round - self.last_selected_round) / self.budget
+        c[:, f["participation_rate"]] = self.participation / max(self.round, 1)
+        c[:, f["available"]] = np.asarray(available, dtype=np.float64)
+        med = float(np.median(self.compute[self.compute > 0])) if np.any(self.compute > 0) else 0.0
+        c[:, f["ctx_cpu"]] = self.compute / med if med > 0 else 1.0
+        c[:, f["ctx_cold"]] = (~self.took_part_last).astype(np.float64)
+        c[:, f["ctx_comm"]] = self.transfer
+        c[:, f["last_exchange_time"]] = self.last_tau
+        c[:, f["selected_last_round"]] = self.selected_last
+        c[:, f["responded_last_round"]] = self.responded_last
+        parts = {
+            "weights": np.nan_to_num(self.weights, nan=0.0, posinf=1e6, neginf=-1e6),
+            "clients": np.nan_to_num(c, nan=LOSS_CAP, posinf=LOSS_CAP),
+            "progress": np.array([self.round / self.budget, self.accuracy]),
+        }
+        return {k: np.clip(v, self.space[k].low, self.space[k].high).astype(np.float32) for k, v in parts.items()}
