@@ -1,0 +1,154 @@
+"""FedMGDA+: improved participants per round with full-batch updates, and robustness to a scaled update.
+
+Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, "Federated Learning Meets Multi-objective Optimization", IEEE
+TNSE 2022 (arXiv:2006.11489; seed 003). SPEC §6: with full-batch local updates no participant's loss
+increases after a round (100% "improved users" as the step decays); a client scaling its update or
+loss by a large factor does not move FedMGDA+ (normalisation), while FedAvg and q-FedAvg are pulled off.
+
+    python experiments/fedmgda_fairness.py --workers 2        # the run of docs/REPRODUCTION.md
+    python experiments/fedmgda_fairness.py --smoke             # seconds: 8 clients, 3 rounds
+
+Part A: scikit-learn's digits, the ``default`` preset's 20 clients (σ = 0.8, an MLP), all available,
+K = 10 uniformly at random; one local epoch at a batch larger than any client's data, so each
+client sends exactly one full-batch gradient step. ``improved_fraction`` is the env's share of the
+round's participants whose training loss did not increase. Backends: FedAvg, q-FedAvg (q = 1),
+FedMGDA+ (ε = 1, plain MGDA, and ε = 0.1), its global step η_t = 1 halved every 25 rounds (the
+paper decays it every 100 rounds over thousands; the horizon here is 100 rounds).
+
+Part B: the same federation with full participation (K = N = 20, so the attacker is in every round)
+and the preset's local training (E = 2, B = 10); client 0 sends w_t + s·(w_k − w_t) (the env's
+``adversary.update_scale``) for s ∈ ``SCALES``; the accuracy of FedAvg, q-FedAvg (q = 1) and
+FedMGDA+ (the authors' defaults: ε = 1, η = 1, no decay).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from experiments import common  # noqa: E402
+
+NAME = "fedmgda_fairness"
+SEEDS = [0, 1]
+SCALES = [1.0, 10.0, 100.0]
+FULL_BATCH: Dict[str, Any] = {"preset": "default", "system": {"availability": 1.0}, "clients_per_round": 10,
+                              "batch_size": 100, "local_epochs": 1, "lr": 0.1, "max_rounds": 100,
+                              "target_accuracy": 1.0}
+BACKENDS_A = ["fedavg", "qfedavg:q=1", "fedmgda+:epsilon=1,global_lr=1.0,decay=0.5,decay_every=25",
+              "fedmgda+:epsilon=0.1,global_lr=1.0,decay=0.5,decay_every=25"]
+ATTACK: Dict[str, Any] = {"preset": "default", "system": {"availability": 1.0}, "clients_per_round": 20,
+                          "max_rounds": 40, "target_accuracy": 1.0}
+BACKENDS_B = ["fedavg", "qfedavg:q=1", "fedmgda+"]
+SMOKE_OVERRIDES: Dict[str, Any] = {"preset": "tiny", "max_rounds": 3, "batch_size": 40}
+
+
+def main(argv: Sequence[str] = None) -> Path:
+    """Run the experiment as ``argv`` says; return its folder."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = common.parser(NAME, __doc__.split("\n")[0]).parse_args(argv)
+    common.check_args(args)
+    common.threads_to_one()
+    clock = common.Clock()
+    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    seeds = args.seeds or ([0] if args.smoke else SEEDS)
+    progress = not args.no_progress
+    env_a = {**FULL_BATCH, **SMOKE_OVERRIDES, "clients_per_round": 4} if args.smoke else FULL_BATCH
+    env_b = {**ATTACK, **SMOKE_OVERRIDES, "clients_per_round": 8, "batch_size": 10} if args.smoke else ATTACK
+
+    # Part A: improved participants per round
+    rec_a, _, plan_a = common.evaluate(out.out / "full_batch", env_a, ["random"], seeds, aggregators=BACKENDS_A,
+                                       workers=args.workers, progress=progress, env_name="digits full-batch")
+    labels_a = [b.label for b in plan_a.backends]
+    cfg_a = plan_a.env_config
+    rows_a, numbers_a = [], {}
+    for label in labels_a:
+        eps = common.episodes_of(rec_a, "random", label)
+        fr = np.array([e["curves"]["improved_fraction"] for e in eps], dtype=np.float64)  # (seeds, rounds)
+        half = fr.shape[1] // 2
+        all_improved = np.mean(fr == 1.0)
+        rows_a.append([label, f"{np.nanmean(fr):.3f}", f"{np.nanmean(fr[:, :half]):.3f}",
+                       f"{np.nanmean(fr[:, half:]):.3f}", f"{100 * all_improved:.0f}%",
+                       common.mean_std([e["metrics"]["final_accuracy"] for e in eps], ".3f")])
+        numbers_a[label] = {"improved_fraction": fr.tolist(),
+                            "final_accuracy": [e["metrics"]["final_accuracy"] for e in eps]}
+    table_a = common.md_table(["backend", "improved participants (mean)", "first half of the rounds",
+                               "second half", "rounds where every participant improved", "final accuracy"], rows_a)
+
+    # Part B: one client scales its update
+    rows_b, numbers_b, curves_b = [], {}, {}
+    labels_b: List[str] = []
+    for s in SCALES:
+        env = {**env_b, "adversary": {"attackers": [0], "update_scale": s}}
+        rec, _, plan = common.evaluate(out.out / f"scale_{s:g}", env, ["random"], seeds, aggregators=BACKENDS_B,
+                                       workers=args.workers, progress=progress, env_name=f"digits, update x{s:g}")
+        labels_b = [b.label for b in plan.backends]
+        for label in labels_b:
+            eps = common.episodes_of(rec, "random", label)
+            numbers_b.setdefault(label, {})[f"{s:g}"] = {
+                "final_accuracy": [e["metrics"]["final_accuracy"] for e in eps],
+                "diverged": [bool(e["diverged"]) for e in eps]}
+            curves_b[(label, s)] = eps
+    for label in labels_b:
+        cells = []
+        for s in SCALES:
+            d = numbers_b[label][f"{s:g}"]
+            cell = common.mean_std(d["final_accuracy"], ".3f")
+            if any(d["diverged"]):
+                cell += f" ({sum(d['diverged'])} diverged)"
+            cells.append(cell)
+        rows_b.append([label, *cells])
+    table_b = common.md_table(["backend", *[("no attack (s = 1)" if s == 1 else f"s = {s:g}") for s in SCALES]], rows_b)
+
+    cfg_b = plan.env_config
+    note_a = (f"**A. Fairness during training.** {cfg_a['num_clients']} clients, K = {cfg_a['clients_per_round']} per "
+              f"round, one local epoch at batch {cfg_a['batch_size']} (every client holds fewer samples: one "
+              f"full-batch step at η = {cfg_a['lr']}), {cfg_a['max_rounds']} rounds, seeds {seeds}. The share of the "
+              f"round's participants whose training loss did not increase, averaged over rounds and seeds.\n")
+    note_b = (f"**B. One client scales its update.** Full participation (K = N = {cfg_b['num_clients']}), E = "
+              f"{cfg_b['local_epochs']}, B = {cfg_b['batch_size']}, {cfg_b['max_rounds']} rounds; client 0 sends "
+              f"w_t + s·(w_k − w_t). Global test accuracy after the last round (mean ± std over seeds {seeds}).\n")
+    _figures(out, rec_a, labels_a, curves_b, labels_b)
+    out.results({"part_a": {"env": cfg_a, "seeds": seeds, "results": numbers_a},
+                 "part_b": {"env": cfg_b, "scales": SCALES, "seeds": seeds, "results": numbers_b}})
+    out.fragment("\n".join([note_a, table_a, "", note_b, table_b,
+                            common.wall_time_note(clock.seconds(), args.workers,
+                                                  common.command_line("fedmgda_fairness.py", argv))]))
+    print((out.out / "table.md").read_text())
+    return out.out
+
+
+def _figures(out: common.Outputs, rec_a: Sequence[Dict[str, Any]], labels_a: Sequence[str],
+             curves_b: Dict[Any, Any], labels_b: Sequence[str]) -> None:
+    fig, axes = common.figure(13, 4.5, ncols=2)
+    ax1, ax2 = axes[0, 0], axes[0, 1]
+    for label in labels_a:
+        eps = common.episodes_of(rec_a, "random", label)
+        fr = np.nanmean(np.array([e["curves"]["improved_fraction"] for e in eps], dtype=np.float64), axis=0)
+        w = min(10, fr.size)
+        ax1.plot(np.arange(w, fr.size + 1), np.convolve(fr, np.ones(w) / w, mode="valid"), label=label)
+    ax1.set(title="A. Participants whose training loss did not increase\n(full-batch local steps; moving mean "
+                  "over 10 rounds)", xlabel="communication round", ylabel="fraction of the round's participants")
+    ax1.legend(fontsize="small", loc="lower right")
+    styles = {1.0: "-", 10.0: "--", 100.0: ":"}
+    colors = dict(zip(labels_b, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
+    for (label, s), eps in curves_b.items():
+        length = max(len(e["curves"]["accuracy"]) for e in eps)
+        ys = np.stack([common.held(e["curves"]["accuracy"], length) for e in eps]).mean(0)
+        ax2.plot(np.arange(length), ys, color=colors[label], linestyle=styles.get(s, "-."), label=f"{label}, s = {s:g}")
+    ax2.set(title="B. Global accuracy when client 0 scales its update by s", xlabel="communication round",
+            ylabel="global test accuracy")
+    ax2.legend(fontsize="x-small", loc="center right")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    out.figure(fig, NAME)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as e:
+        sys.exit(f"fedmgda_fairness.py: error: {e}")
