@@ -13,7 +13,8 @@ forged; its own data and local training are honest:
   Power-of-Choice — and on q-FedAvg's weights F_k^q): each per-sample training loss ℓ is
   reported as s·ℓ + b (``loss_scale`` s, ``loss_shift`` b), so the reported mean is
   F' = s·F + b and the reported √(mean ℓ²) is √(s²·rms² + 2sb·F + b²), both clipped into
-  [0, ``MAX_REPORTED_LOSS``]. They go into the observation's ``loss`` / ``loss_rms`` columns
+  [0, ``MAX_REPORTED_LOSS``] (and the latter set to 0 when F' is: a negative shift can push the
+  report down to "no loss at all", not below). They go into the observation's ``loss`` / ``loss_rms`` columns
   and into the aggregator's ``losses_before``.
 - *update scaling and bias* (the attacks of FedMGDA+, Hu et al. 2022, §5 and §6: a client that
   inflates its loss by a factor s sends s times its gradient; see docs/ROBUSTNESS.md): the
@@ -216,6 +217,7 @@ class Adversary:
             ms = s * s * rms[bad] ** 2 + 2.0 * s * b * losses[bad] + b * b  # mean of (s·ℓ + b)²
             root = np.sqrt(np.maximum(ms, 0.0))
         losses[bad] = np.clip(np.nan_to_num(mean, nan=MAX_REPORTED_LOSS), 0.0, MAX_REPORTED_LOSS)
+        root = np.where(mean > 0, root, 0.0)  # a report of zero mean loss is a report of all-zero losses
         rms[bad] = np.clip(np.nan_to_num(root, nan=MAX_REPORTED_LOSS), 0.0, MAX_REPORTED_LOSS)
         return losses, rms
 

@@ -140,6 +140,8 @@ def resolve_preset(preset: Union[str, Mapping[str, Any], None]) -> Dict[str, Any
         return {}
     if isinstance(preset, Mapping):
         return dict(preset)
+    if not isinstance(preset, str):
+        raise ValueError(f"preset {preset!r} is invalid: expected a preset name {sorted(PRESETS)} or a mapping")
     if preset in PRESETS:
         return copy.deepcopy(PRESETS[preset])
     by_id = {v: k for k, v in ENV_IDS.items()}
@@ -171,6 +173,8 @@ def make_config(overrides: Optional[Mapping[str, Any]] = None,
     :return: a new, complete, validated config dict.
     :raises ValueError: naming the first bad field and what is allowed.
     """
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise ValueError(f"config {overrides!r} is invalid: expected a mapping of config fields (a dict) or None")
     overrides = dict(overrides or {})
     if "preset" in overrides:
         preset = overrides.pop("preset") if preset is None else preset

@@ -114,6 +114,10 @@ class FedSelectEnv(gym.Env):
     # ------------------------------------------------------------------- reset
     def reset(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None):
         """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA."""
+        if seed is not None:
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise ValueError(f"reset seed {seed!r} is invalid: expected an integer >= 0 or None")
+            seed = int(seed)
         super().reset(seed=seed)
         cfg = self.config
         seeds = self.np_random.integers(0, 2**31 - 1, size=5)
@@ -248,6 +252,7 @@ class FedSelectEnv(gym.Env):
 
     def _info(self, r: RoundResult, terminated: bool) -> Dict[str, Any]:
         adv = self.federation.adversary
+        is_attacker = adv.is_attacker if adv is not None else np.zeros(self.num_clients, dtype=bool)
         info: Dict[str, Any] = {
             "round": self._round,
             "accuracy": self._accuracy,
@@ -265,8 +270,8 @@ class FedSelectEnv(gym.Env):
             "diverged": self._diverged,
             "is_success": terminated,
             # robustness (fedsel_env/adversary.py, docs/ROBUSTNESS.md)
-            "attackers": adv.attackers.copy(),
-            "attacker_selected": bool(adv.is_attacker[r.selected].any()),
+            "attackers": np.flatnonzero(is_attacker),
+            "attacker_selected": bool(is_attacker[r.selected].any()),
             "attacker_selected_rate": self._attacker_rounds / self._round,
             "attacker_response_share": self._attacker_responses / max(self._updates_sent, 1),
             "honest_acc_mean": self._honest_accuracy(),

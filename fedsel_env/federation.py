@@ -72,8 +72,11 @@ class Federation:
         self.n = len(data.train_offsets) - 1
         self.aggregator = aggregator
         self.system = system
+        # A batch larger than the largest client is that client's whole data: capping B changes no
+        # result and keeps the (steps, K, B) minibatch plan from allocating B rows per client.
+        batch_size = min(int(cfg["batch_size"]), max(int(np.diff(data.train_offsets).max()), 1))
         self.trainer = BatchedTrainer(model, data.x_train, data.y_train, data.train_offsets,
-                                      batch_size=cfg["batch_size"], lr=cfg["lr"],
+                                      batch_size=batch_size, lr=cfg["lr"],
                                       local_epochs=cfg["local_epochs"], momentum=cfg["momentum"])
         self.layout = self.trainer.layout
         self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
