@@ -13,10 +13,10 @@ samples, σ ∈ {IID, 0.5, 0.8, H (two labels)}, K = 10, batch 10, the profiling
 FAVOR's reward Ξ^(acc−Ω) − 1 with Ξ = 64, Double DQN trained one client per round and deployed as
 top-K. What is scaled down, because an episode of the paper's setup costs hours on this machine's
 two shared cores (see ``SCALE`` and docs/REPRODUCTION.md): the model (an MLP of 50,890 parameters
-instead of the 431,080-parameter CNN), one local epoch instead of five, a lower target Ω (the
-accuracy IID FedAvg reaches in about the paper's 14 rounds), a round cap per σ, few seeds, and a
-few thousand DQN training steps on the σ = 0.8 federation only (the agent is then also run,
-untrained there, at the other σ).
+instead of the 431,080-parameter CNN), one local epoch instead of five, 50 test images per client
+instead of 100, a lower target Ω (the accuracy IID FedAvg reached in about the paper's 14 rounds in
+a calibration run), a round cap per σ, one or two seeds, and 1,200 DQN training rounds on the
+σ = 0.8 federation only (the agent is then also run, untrained there, at the other σ).
 
 The steps: (1) train FAVOR with train_agent.py's own config resolution, hyper-parameter loading and
 ``DoubleDQN`` (the periodic deployed evaluation switched off, an episode-return recorder added);

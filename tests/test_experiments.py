@@ -1,0 +1,81 @@
+"""The reproduction scripts (experiments/): each runs end to end in its --smoke configuration, writes its
+table, numbers and figures into its own folder and leaves docs/ alone; the shared helpers do what the
+document relies on (fragments spliced between their markers, rounds-to-target cells that never hide an
+episode that missed the target)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import (afl_rounds, common, favor_fmnist, fedmgda_fairness, qffl_synthetic, rbcsf_fairness,
+                         round_cost)
+
+SCRIPTS = {"favor_fmnist": favor_fmnist, "qffl_synthetic": qffl_synthetic, "afl_rounds": afl_rounds,
+           "fedmgda_fairness": fedmgda_fairness, "rbcsf_fairness": rbcsf_fairness, "round_cost": round_cost}
+#: Scripts that only time the simulator (no episodes, so no evaluate.py run folder).
+TIMING_ONLY = {"round_cost"}
+
+
+def _docs_state() -> dict:
+    files = [common.DOC, *sorted(common.IMG_DIR.glob("repro_*.png")), *sorted(common.RESULTS_DIR.glob("*.json"))]
+    return {str(f): f.stat().st_mtime_ns for f in files if f.exists()}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_script_runs_in_its_smoke_configuration(name, tmp_path):
+    before = _docs_state()
+    out = SCRIPTS[name].main(["--smoke", "--out", str(tmp_path / name), "--no-progress"])
+    assert out == tmp_path / name
+    table = (out / "table.md").read_text()
+    assert table.count("|---") >= 1 and "wall time on this machine" in table
+    assert f"--smoke" in table  # the fragment says how it was made
+    results = json.loads((out / "results.json").read_text())
+    assert results  # the numbers behind the table
+    if name not in TIMING_ONLY:
+        pngs = sorted(out.glob(f"{name}*.png"))
+        assert pngs and all(p.stat().st_size > 1000 for p in pngs)
+        for png in pngs:  # the fragment embeds every figure the script made
+            assert f"img/repro_{png.stem}.png" in table
+        # every evaluation part is an evaluate.py run folder
+        assert any(p.name == "episodes.jsonl" for p in out.rglob("episodes.jsonl"))
+    assert _docs_state() == before, "a --smoke run must not touch docs/ or experiments/results/"
+
+
+def test_bad_arguments_fail_with_the_option_named(tmp_path):
+    with pytest.raises(ValueError, match="--workers"):
+        afl_rounds.main(["--smoke", "--out", str(tmp_path), "--workers", "0"])
+    with pytest.raises(ValueError, match="--seeds"):
+        afl_rounds.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "1"])
+    with pytest.raises(ValueError, match="--rounds"):
+        qffl_synthetic.main(["--smoke", "--out", str(tmp_path), "--rounds", "0"])
+
+
+def test_splice_replaces_only_its_own_block(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("intro\n<!-- repro:a begin -->\nold a\n<!-- repro:a end -->\nmiddle\n"
+                   "<!-- repro:b begin -->\nold b\n<!-- repro:b end -->\nend\n")
+    common.splice(doc, "a", "new a | with $1 and \\1 kept literally")
+    text = doc.read_text()
+    assert "old a" not in text and "new a | with $1 and \\1 kept literally" in text
+    assert "old b" in text and text.startswith("intro\n") and text.endswith("end\n")
+    common.splice(doc, "c", "fresh c")  # absent markers: appended with its markers
+    assert doc.read_text().rstrip().endswith("<!-- repro:c begin -->\nfresh c\n<!-- repro:c end -->")
+
+
+def _ep(reached: bool, rounds: float) -> dict:
+    return {"reached": reached, "metrics": {"rounds_to_target": rounds if reached else float("nan")}}
+
+
+def test_rounds_cell_shows_every_missed_target():
+    assert common.rounds_cell([_ep(True, 10), _ep(True, 20)], cap=50) == "15.0 ± 5.0"
+    assert common.rounds_cell([_ep(True, 10), _ep(False, 50)], cap=50) == "10.0 (1/2; 1 > 50)"
+    assert common.rounds_cell([_ep(False, 50)] * 3, cap=50) == "> 50 (0/3)"
+    # the lower bound counts a miss at the cap
+    assert common.rounds_lower_bound([_ep(True, 10), _ep(False, 50)], cap=50) == 30.0
+
+
+def test_command_line_leaves_out_the_machine_specific_folder():
+    assert common.command_line("x.py", ["--out", "/tmp/a", "--workers", "2", "--out=/b"]) == \
+        "python experiments/x.py --workers 2"
