@@ -16,8 +16,9 @@ forged; its own data and local training are honest:
   [0, ``MAX_REPORTED_LOSS``] (and the latter set to 0 when F' is: a negative shift can push the
   report down to "no loss at all", not below). They go into the observation's ``loss`` / ``loss_rms`` columns
   and into the aggregator's ``losses_before``.
-- *update scaling and bias* (the attacks of FedMGDA+, Hu et al. 2022, §5 and §6: a client that
-  inflates its loss by a factor s sends s times its gradient; see docs/ROBUSTNESS.md): the
+- *update scaling and bias* (after the attacks of Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, "Federated
+  Learning Meets Multi-objective Optimization", IEEE TNSE 9(4), 2022 (seed 003), §5–§6 and SPEC §6:
+  a client that inflates its loss by a factor s sends s times its gradient; docs/ROBUSTNESS.md): the
   attacker sends w'_k = w_t + s·(w_k − w_t) + β·u (``update_scale`` s, ``update_bias`` β,
   u a unit vector drawn once from the federation seed and shared by all attackers — a
   colluding bias). For gradient backends (q-FedSGD) the sent gradient is s·∇F_k(w_t) + β·u.

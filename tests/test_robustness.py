@@ -132,6 +132,17 @@ def test_neutral_adversary_is_bit_for_bit_the_honest_simulator():
     same(base, trajectory({"attackers": [0, 2]}, False))
 
 
+def test_env_checkers_pass_with_every_scenario_on():
+    from gymnasium.utils.env_checker import check_env
+
+    env = make({"attackers": [1], "loss_scale": 5.0, "update_scale": -2.0, "update_bias": 0.1, "dropout": 0.3,
+                "straggler_fraction": 0.5, "straggler_distribution": "lognormal", "deadline": 9.0},
+               system={"availability": 0.8})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_env(env, skip_render_check=True)  # includes: same seed, same observations (determinism)
+
+
 def test_attackers_and_stragglers_are_drawn_from_the_federation_seed():
     env = make({"attacker_fraction": 0.3, "straggler_fraction": 0.5}, federation_seed=11)
     _, info_a = env.reset(seed=1)
