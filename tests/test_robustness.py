@@ -534,3 +534,24 @@ def test_train_agent_files_survive_a_crash_between_write_and_rename(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         train_agent.atomic_save(lambda p: Path(p).write_text("half a model"), target)
     assert target.read_text() == "previous: 1\n"
+
+
+# ================================================================================ the experiment's maths
+def test_robustness_experiment_reads_episode_records_by_hand(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    from experiments import robustness
+
+    record = {"clients": {"accuracy": [1.0, 0.5, 0.75, 0.25], "participation": [3, 1, 0, 4]},
+              "metrics": {"final_accuracy": 0.6, "sim_time": 12.0}, "diverged": False,
+              "curves": {"accuracy": [0.95, 0.2, 0.89, 0.9, 0.99]}}
+    got = robustness.episode_numbers(record, np.array([0, 3]))
+    assert got["honest_accuracy"] == pytest.approx((0.5 + 0.75) / 2)  # clients 1 and 2
+    assert got["attacker_share"] == pytest.approx(7 / 8)
+    assert got["rounds_to_90"] == 3.0  # round 0 (before training) does not count
+    assert np.isnan(robustness.first_round_at([0.1, 0.5], 0.9))
+    assert robustness.mean_std([0.1, -0.3, float("nan")], "+.2f") == "-0.10 ± 0.20"
+    assert robustness.rounds_cell([10.0, float("nan")], 40) == "10.0 (1/2)"
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{robustness.MARK_BEGIN}\nold\n{robustness.MARK_END}\noutro\n")
+    robustness.splice(doc, "new table\n")
+    assert doc.read_text() == f"intro\n{robustness.MARK_BEGIN}\nnew table\n{robustness.MARK_END}\noutro\n"
