@@ -77,6 +77,12 @@ METRICS: Dict[str, Tuple[str, str]] = {
     "rounds": ("rounds", ".1f"),
     "sim_time": ("sim. time (s)", ".0f"),
     "episode_return": ("return", ".2f"),
+    # robustness (docs/ROBUSTNESS.md): meaningful when the env config has an ``adversary``
+    "attacker_selected_rate": ("attacker rounds", ".2f"),
+    "attacker_response_share": ("attacker share", ".2f"),
+    "honest_acc_mean": ("honest acc", ".3f"),
+    "dropouts": ("drop-outs", ".0f"),
+    "late_arrivals": ("late", ".0f"),
 }
 #: The metrics the Markdown table (and the printed table) shows, in order; the CSV has all of them.
 TABLE_METRICS = ("rounds_to_target", "time_to_target", "final_accuracy", "best_accuracy", "acc_mean",
@@ -672,6 +678,11 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         "rounds": float(rounds),
         "sim_time": clock[-1],
         "episode_return": episode_return,
+        "attacker_selected_rate": float(info.get("attacker_selected_rate", math.nan)),
+        "attacker_response_share": float(info.get("attacker_response_share", math.nan)),
+        "honest_acc_mean": float(info.get("honest_acc_mean", math.nan)),
+        "dropouts": float(info.get("dropouts", 0)),
+        "late_arrivals": float(info.get("late_arrivals", 0)),
     }
     return {
         "reached": bool(terminated), "diverged": bool(info["diverged"]), "terminated": bool(terminated),
