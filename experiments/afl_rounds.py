@@ -53,11 +53,12 @@ def main(argv: Sequence[str] = None) -> Path:
     seeds = args.seeds or ([0, 1] if args.smoke else SEEDS)
     progress = not args.no_progress
 
-    rows, numbers, curves = [], {}, []
+    rows, numbers, curves, all_records = [], {}, [], []
     for i, (label, env) in enumerate(settings):
         records, _, plan = common.evaluate(out.out / f"setting_{i}", env, ["random", "afl"], seeds,
                                            workers=args.workers, progress=progress, env_name=label)
         cap = plan.env_config["max_rounds"]
+        all_records.append(records)
         rnd, afl = common.episodes_of(records, "random"), common.episodes_of(records, "afl")
         # paired per seed, an episode that never reached Ω counted at the cap (a lower bound for it)
         r_cap = np.array([e["metrics"]["rounds_to_target"] if e["reached"] else cap for e in rnd])
@@ -81,7 +82,10 @@ def main(argv: Sequence[str] = None) -> Path:
     _figure(out, curves)
     out.results({"settings": dict(settings), "seeds": seeds, "results": numbers})
     out.fragment("\n".join([note, table, common.wall_time_note(clock.seconds(), args.workers,
-                                                                common.command_line("afl_rounds.py", argv))]))
+                                                                common.command_line("afl_rounds.py", argv),
+                                                                common.episode_seconds(*all_records),
+                                                                longest=out.invocation(
+                                                                    clock.seconds(), common.command_line("afl_rounds.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -66,6 +67,12 @@ TRAIN = {"n_timesteps": 1200, "n_envs": 2, "max_rounds": 30,
                          "train_freq": 1, "gradient_steps": 1, "target_update_interval": 150,
                          "exploration_fraction": 0.5, "exploration_final_eps": 0.05, "gamma": 0.99}}
 
+#: ``--paper-scale``: the paper's setup (days on this machine; see experiments/round_cost.py).
+PAPER_SCALE: Dict[str, Any] = {**SCALE, "test_fraction": 1 / 6, "model": "favor_cnn", "model_params": {},
+                               "local_epochs": 5, "lr": 0.01, "target_accuracy": 0.85}
+PAPER_CAPS = {"IID": 300, "0.5": 300, "0.8": 600, "H": 3000}
+PAPER_TRAIN = {**TRAIN, "n_timesteps": 30000, "max_rounds": 100}
+
 SMOKE_SCALE = {"dataset": "digits", "num_clients": 8, "samples_per_client": 20, "test_fraction": 0.25,
                "model": "logreg", "model_params": {}, "local_epochs": 1, "batch_size": 10, "lr": 0.1,
                "clients_per_round": 3, "target_accuracy": 0.5, "system": {"availability": 1.0},
@@ -96,6 +103,7 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
     run_dir = out / "favor_train"
     key = {"config": dict(config), "train": dict(train), "seed": seed}
     key_file, curve_file = run_dir / "experiment_key.json", run_dir / "episodes.json"
+    time_file = run_dir / "train_time.json"
     if (run_dir / "model.zip").is_file() and key_file.is_file() and curve_file.is_file() \
             and json.loads(key_file.read_text()) == json.loads(json.dumps(key)):
         print(f"FAVOR: reusing the trained model in {run_dir}")
@@ -131,7 +139,9 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
     cls = train_agent.algorithm_class(args.algo)
     model = cls(setup["policy"], env, seed=args.seed, device="cpu", verbose=0, **setup["kwargs"])
     recorder = EpisodeRecorder()
+    start = time.perf_counter()
     model.learn(total_timesteps=args.n_timesteps, callback=recorder, progress_bar=progress)
+    seconds = time.perf_counter() - start
     env.close()
     run_dir.mkdir(parents=True, exist_ok=True)
     train_agent.atomic_write_yaml(run_dir / "env_config.yaml", setup["env_config"])
@@ -139,6 +149,7 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
     train_agent.atomic_write_yaml(run_dir / "args.yaml", vars(args))
     train_agent.atomic_save(model.save, run_dir / "model.zip")
     curve_file.write_text(json.dumps(recorder.record) + "\n")
+    time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around model.learn"}) + "\n")
     key_file.write_text(json.dumps(key) + "\n")
     return run_dir, recorder.record, True
 
@@ -149,18 +160,24 @@ def main(argv: Sequence[str] = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(NAME, __doc__.split("\n")[0])
     p.add_argument("--train-steps", type=int, default=None, help="FAVOR training steps (rounds); default 1200")
+    p.add_argument("--paper-scale", action="store_true",
+                   help="the paper's setup: favor_cnn, E = 5, Ω = 85%%, caps up to 3000 rounds, 30000 training "
+                        "rounds, 3 seeds (days on this machine)")
     args = p.parse_args(argv)
     common.check_args(args)
     common.threads_to_one()
     clock = common.Clock()
     out = common.Outputs(NAME, Path(args.out), common.publishing(args))
-    scale = SMOKE_SCALE if args.smoke else SCALE
-    train = dict(SMOKE_TRAIN if args.smoke else TRAIN)
+    if args.smoke and args.paper_scale:
+        raise ValueError("--smoke and --paper-scale exclude each other")
+    scale = SMOKE_SCALE if args.smoke else PAPER_SCALE if args.paper_scale else SCALE
+    train = dict(SMOKE_TRAIN if args.smoke else PAPER_TRAIN if args.paper_scale else TRAIN)
     if args.train_steps is not None:
         if args.train_steps < 1:
             raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
         train["n_timesteps"] = args.train_steps
-    sigmas = [(lab, part, pp, 3 if args.smoke else cap, [0] if args.smoke else seeds)
+    sigmas = [(lab, part, pp, 3 if args.smoke else PAPER_CAPS[lab] if args.paper_scale else cap,
+               [0] if args.smoke else [0, 1, 2] if args.paper_scale else seeds)
               for lab, part, pp, cap, seeds in SIGMAS]
     if args.seeds is not None:
         sigmas = [(lab, part, pp, cap, list(args.seeds)) for lab, part, pp, cap, _ in sigmas]
@@ -168,10 +185,10 @@ def main(argv: Sequence[str] = None) -> Path:
 
     # 1. FAVOR's agent, trained on the σ = 0.8 federation
     lab, part, pp, cap, _ = next(s for s in sigmas if s[0] == TRAIN_SIGMA)
-    t0 = clock.seconds()
     model_dir, curve, trained = train_favor(out.out, env_config(scale, part, pp, cap), train, seed=0,
                                             progress=progress)
-    train_seconds = clock.seconds() - t0 if trained else float("nan")
+    time_file = model_dir / "train_time.json"
+    train_seconds = json.loads(time_file.read_text())["seconds"] if time_file.is_file() else float("nan")
 
     # 2. the evaluation at every σ
     results: Dict[str, Any] = {"scale": scale, "train": train, "sigmas": {}}
@@ -200,10 +217,14 @@ def main(argv: Sequence[str] = None) -> Path:
         ours = [common.rounds_cell(common.episodes_of(records, pol), cap) for pol in ("random", "kcenter", "favor")]
         best = " / ".join(f"{np.mean([r['metrics']['best_accuracy'] for r in common.episodes_of(records, pol)]):.3f}"
                           for pol in ("random", "kcenter", "favor"))
-        rows_md.append([lab, published, *ours, best, len(common.episodes_of(records, "random")), cap])
+        distinct = " / ".join(
+            f"{np.mean([np.count_nonzero(r['clients']['participation']) for r in common.episodes_of(records, pol)]):.0f}"
+            for pol in ("random", "kcenter", "favor"))
+        rows_md.append([lab, published, *ours, best, distinct, len(common.episodes_of(records, "random")), cap])
     table = common.md_table(["σ", "paper (FedAvg / K-Center / FAVOR), rounds to 85%", "random (FedAvg)", "K-Center",
-                             "FAVOR (trained at σ = 0.8)", "best accuracy (random / K-Center / FAVOR)", "seeds",
-                             "round cap"], rows_md, align="llrrrrrr")
+                             "FAVOR (trained at σ = 0.8)", "best accuracy (random / K-Center / FAVOR)",
+                             "distinct clients selected (random / K-Center / FAVOR)", "seeds", "round cap"],
+                            rows_md, align="llrrrrrrr")
     rtn = np.asarray(curve["return"], dtype=np.float64)
     first, last = rtn[: max(len(rtn) // 5, 1)], rtn[-max(len(rtn) // 5, 1):]
     results["training"] = {"episodes": len(rtn), "steps": train["n_timesteps"], "seconds": train_seconds,
@@ -217,12 +238,17 @@ def main(argv: Sequence[str] = None) -> Path:
              f"(federation_seed 0), seeds vary w_0, shuffles and system draws.\n", table,
              f"\nFAVOR's Double DQN: {train['n_timesteps']} training rounds (one client per round) in "
              f"{len(rtn)} episodes of ≤ {train['max_rounds']} rounds on the σ = {TRAIN_SIGMA} federation"
-             + (f", {train_seconds / 60:.1f} min" if np.isfinite(train_seconds) else " (reused from an earlier run)")
+             + (f", {train_seconds / 60:.1f} min of training (2 env processes)" if np.isfinite(train_seconds) else "")
              + f"; mean episode return {first.mean():.2f} over the first fifth of the episodes (ε-greedy, mostly "
              f"random) and {last.mean():.2f} over the last fifth.\n"]
     _figures(out, records_by_sigma, curve, omega, train)
     out.results(results)
-    lines.append(common.wall_time_note(clock.seconds(), args.workers, common.command_line("favor_fmnist.py", argv)))
+    compute = common.episode_seconds(*[rec for rec, _ in records_by_sigma.values()]) + \
+        (train_seconds if np.isfinite(train_seconds) else 0.0)
+    lines.append(common.wall_time_note(clock.seconds(), args.workers, common.command_line("favor_fmnist.py", argv),
+                                       compute, "its episodes (single-process time, summed from their records) plus the DQN "
+                                       "training (wall time)",
+                                       longest=out.invocation(clock.seconds(), common.command_line("favor_fmnist.py", argv))))
     out.fragment("\n".join(lines))
     print((out.out / "table.md").read_text())
     return out.out
@@ -238,8 +264,9 @@ def _figures(out: common.Outputs, records_by_sigma: Mapping[str, Any], curve: Ma
     w = max(min(10, r.size // 3), 1)
     if r.size >= w:
         ax.plot(x[w - 1:], np.convolve(r, np.ones(w) / w, mode="valid"), label=f"moving mean ({w} episodes)")
-    ax.set(title=f"FAVOR Double DQN training on the σ = {TRAIN_SIGMA} federation "
-                 f"({train['n_timesteps']} rounds, one client per round)",
+    ax.set(title=f"FAVOR Double DQN training on the σ = {TRAIN_SIGMA} federation\n"
+                 f"({train['n_timesteps']} rounds, one client per round; ε decays over the first "
+                 f"{train['hyperparams'].get('exploration_fraction', 0.1):.0%})",
            xlabel="training episode", ylabel=f"episode return (Σ 64^(acc−Ω) − 1 over ≤ {train['max_rounds']} rounds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")

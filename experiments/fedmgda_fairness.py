@@ -81,11 +81,13 @@ def main(argv: Sequence[str] = None) -> Path:
     # Part B: one client scales its update
     rows_b, numbers_b, curves_b = [], {}, {}
     labels_b: List[str] = []
+    all_records = [rec_a]
     for s in SCALES:
         env = {**env_b, "adversary": {"attackers": [0], "update_scale": s}}
         rec, _, plan = common.evaluate(out.out / f"scale_{s:g}", env, ["random"], seeds, aggregators=BACKENDS_B,
                                        workers=args.workers, progress=progress, env_name=f"digits, update x{s:g}")
         labels_b = [b.label for b in plan.backends]
+        all_records.append(rec)
         for label in labels_b:
             eps = common.episodes_of(rec, "random", label)
             numbers_b.setdefault(label, {})[f"{s:g}"] = {
@@ -116,7 +118,10 @@ def main(argv: Sequence[str] = None) -> Path:
                  "part_b": {"env": cfg_b, "scales": SCALES, "seeds": seeds, "results": numbers_b}})
     out.fragment("\n".join([note_a, table_a, "", note_b, table_b,
                             common.wall_time_note(clock.seconds(), args.workers,
-                                                  common.command_line("fedmgda_fairness.py", argv))]))
+                                                  common.command_line("fedmgda_fairness.py", argv),
+                                                  common.episode_seconds(*all_records),
+                                                  longest=out.invocation(
+                                                      clock.seconds(), common.command_line("fedmgda_fairness.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
 

@@ -47,17 +47,23 @@ def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(NAME, __doc__.split("\n")[0])
-    p.add_argument("--rounds", type=int, default=None, help=f"rounds per episode (default {ROUNDS})")
+    p.add_argument("--rounds", type=int, default=None, help=f"rounds per episode (default {ROUNDS}; the paper: 20000)")
+    p.add_argument("--max-samples", type=int, default=None,
+                   help="cap on a device's training samples (default 500; 0 = no cap, as the paper)")
     args = p.parse_args(argv)
     common.check_args(args)
     common.threads_to_one()
     clock = common.Clock()
     out = common.Outputs(NAME, Path(args.out), common.publishing(args))
-    rounds = args.rounds or (3 if args.smoke else ROUNDS)
+    rounds = args.rounds if args.rounds is not None else 3 if args.smoke else ROUNDS
     if rounds < 1:
         raise ValueError(f"--rounds = {rounds} is invalid: expected >= 1")
     seeds = args.seeds or SEEDS
     env = {**(SMOKE if args.smoke else SCALE), "max_rounds": rounds}
+    if args.max_samples is not None:
+        if args.max_samples < 0:
+            raise ValueError(f"--max-samples = {args.max_samples} is invalid: expected >= 0 (0 = no cap)")
+        env["dataset_params"] = {**env["dataset_params"], "max_samples": args.max_samples or None}
     progress = not args.no_progress
 
     backends = [f"qfedavg:q={q:g}" for q in QS]
@@ -101,12 +107,14 @@ def main(argv: Sequence[str] = None) -> Path:
     cfg_note = (f"Per-device test accuracy of the final global model after {rounds} rounds (mean ± std over "
                 f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}; variance of the per-device accuracies as "
                 f"fractions, ×10⁴, as the paper reports it). Synthetic(1, 1), {env.get('num_clients', 100)} devices, "
-                f"device sizes capped at {env['dataset_params']['max_samples']}, logistic regression, "
+                f"device sizes capped at {env['dataset_params']['max_samples'] or 'no cap'}, logistic regression, "
                 f"E = {env['local_epochs']}, B = 10, η = {env['lr']} (1/L = η), K = 10 per round.\n")
     lines = [cfg_note, table, "\n" + "; ".join(comparisons) + ".\n"]
     _figures(out, series, rounds)
     out.results({"env": env, "rounds": rounds, "seeds": seeds, "series": numbers})
-    lines.append(common.wall_time_note(clock.seconds(), args.workers, common.command_line("qffl_synthetic.py", argv)))
+    lines.append(common.wall_time_note(clock.seconds(), args.workers, common.command_line("qffl_synthetic.py", argv),
+                                       common.episode_seconds(rec_a, rec_b),
+                                       longest=out.invocation(clock.seconds(), common.command_line("qffl_synthetic.py", argv))))
     out.fragment("\n".join(lines))
     print((out.out / "table.md").read_text())
     return out.out

@@ -71,12 +71,18 @@ def queue_traces(env_cfg: Dict[str, Any], vs: Sequence[float], seed: int) -> Dic
 def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = common.parser(NAME, __doc__.split("\n")[0]).parse_args(argv)
+    p = common.parser(NAME, __doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=None, help=f"rounds per episode (default {ROUNDS})")
+    args = p.parse_args(argv)
     common.check_args(args)
+    if args.rounds is not None and args.rounds < 1:
+        raise ValueError(f"--rounds = {args.rounds} is invalid: expected >= 1")
     common.threads_to_one()
     clock = common.Clock()
     out = common.Outputs(NAME, Path(args.out), common.publishing(args))
-    env = SMOKE_ENV if args.smoke else ENV
+    env = dict(SMOKE_ENV if args.smoke else ENV)
+    if args.rounds is not None:
+        env["max_rounds"] = args.rounds
     seeds = args.seeds or ([0] if args.smoke else SEEDS)
     progress = not args.no_progress
 
@@ -107,12 +113,24 @@ def main(argv: Sequence[str] = None) -> Path:
     table = common.md_table(["policy", "mean round time (s)", f"time for {cfg['max_rounds']} rounds (s)",
                              "min participation rate", "max participation rate", "Jain's index",
                              f"clients below β = {beta:.2f}", "final accuracy"], rows)
+    t0 = clock.seconds()
     traces = queue_traces({**env}, VS, seeds[0])
+    trace_seconds = clock.seconds() - t0
     numbers["queues"] = {f"V={v:g}": t for v, t in traces.items()}
-    qrows = [[f"V = {v:g}", f"{max(t['total']):.1f}", f"{np.mean(t['total'][len(t['total']) // 2:]):.1f}",
-              f"{max(t['max']):.2f}", f"{np.mean(t['round_time']):.2f}"] for v, t in traces.items()]
+    qrows = []
+    for v, t in traces.items():
+        # Z_T,n >= β·T − (rounds n took part in), so a client's rate is at least β − Z_T,n / T
+        ep0 = common.episodes_of(records, f"rbcsf-V{v:g}")[0]
+        rounds_played = len(t["total"])
+        qrows.append([f"V = {v:g}", f"{max(t['total']):.1f}", f"{np.mean(t['total'][len(t['total']) // 2:]):.1f}",
+                      f"{max(t['max']):.2f}", f"{t['max'][-1]:.2f}",
+                      f"{beta - t['max'][-1] / rounds_played:.3f}",
+                      f"{np.min(ep0['clients']['participation']) / ep0['metrics']['rounds']:.3f}",
+                      f"{np.mean(t['round_time']):.2f}"])
     qtable = common.md_table(["RBCS-F", "largest total queue Σ Z", "mean total queue, second half",
-                              "largest single queue", "mean round time (s)"], qrows)
+                              "largest single queue", "largest queue at the end, Z_max(T)",
+                              "β − Z_max(T)/T (floor it implies)", "min participation rate (seed 0)",
+                              "mean round time (s)"], qrows)
     note = (f"`hetero` preset: N = {n} clients in four speed classes, m = {m} per round, availability "
             f"{cfg['system']['availability']}, {cfg['max_rounds']} rounds, seeds {seeds} (mean ± std over seeds). "
             f"Participation rate = rounds a client took part in / rounds; β = 0.75·m/N = {beta:.2f}.\n")
@@ -120,7 +138,12 @@ def main(argv: Sequence[str] = None) -> Path:
     out.results({"env": cfg, "seeds": seeds, "beta": beta, "results": numbers})
     out.fragment("\n".join([note, table, f"\nVirtual queues of RBCS-F (seed {seeds[0]}):\n", qtable,
                             common.wall_time_note(clock.seconds(), args.workers,
-                                                  common.command_line("rbcsf_fairness.py", argv))]))
+                                                  common.command_line("rbcsf_fairness.py", argv),
+                                                  common.episode_seconds(records) + trace_seconds,
+                                                  "its episodes (single-process time, summed from their records) plus the "
+                                                  "queue traces",
+                                                  longest=out.invocation(
+                                                      clock.seconds(), common.command_line("rbcsf_fairness.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
 

@@ -99,7 +99,9 @@ def main(argv: Sequence[str] = None) -> Path:
             f"the round, profiling and episode columns are estimates from the two measured columns.\n")
     out.results({"config": config, "k": k, "rows": rows})
     out.fragment("\n".join([note, table, common.wall_time_note(clock.seconds(), 1,
-                                                                common.command_line("round_cost.py", argv))]))
+                                                                common.command_line("round_cost.py", argv),
+                                                                longest=out.invocation(
+                                                                    clock.seconds(), common.command_line("round_cost.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
 
