@@ -54,6 +54,8 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)
     "flat_parts": ["weights"],    # which parts the flat observation concatenates: weights, clients, progress
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
+    "track_improvement": True,    # measure the responders' loss under w_{t+1} (info["improved_fraction"]);
+                                  # False saves one forward pass over their data per round (then NaN)
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
@@ -237,6 +239,8 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "eval_every", 1)
     _int(cfg, "federation_seed", 0, allow_none=True)
     _float(cfg, "divergence_loss", 0.0, lo_open=True)
+    if not isinstance(cfg["track_improvement"], bool):
+        _fail("track_improvement", cfg["track_improvement"], "expected true or false")
     _validate_system(cfg["system"], cfg["num_clients"])
     validate_adversary(cfg["adversary"], cfg["num_clients"])
 

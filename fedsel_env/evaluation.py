@@ -815,7 +815,7 @@ def summarise(records: Sequence[Mapping[str, Any]], plan: EvalPlan) -> List[Dict
                                "reached": sum(bool(r["reached"]) for r in eps),
                                "diverged": sum(bool(r["diverged"]) for r in eps)}
         for key in METRICS:
-            values = np.array([_num(r["metrics"][key]) for r in eps], dtype=np.float64)
+            values = np.array([_num(r["metrics"].get(key, math.nan)) for r in eps], dtype=np.float64)
             values = values[np.isfinite(values)]
             row[f"{key}_mean"] = float(values.mean()) if values.size else math.nan
             row[f"{key}_std"] = float(values.std()) if values.size else math.nan

@@ -82,6 +82,8 @@ class Federation:
         self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
         self.train_seed = int(train_seed)
         self.divergence_loss = float(cfg["divergence_loss"])
+        self.track_improvement = bool(cfg["track_improvement"])
+        self._loss_cache: Dict[int, tuple] = {}  # client -> (F_k, rms) under the current global model
         self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets)))
         self.test_counts = np.diff(data.test_offsets).astype(np.float64)
         self.global_params: torch.Tensor = torch.zeros(self.layout.size)
@@ -107,6 +109,19 @@ class Federation:
         per_client = per_client / np.maximum(self.test_counts, 1.0)
         return Evaluation(accuracy=float(correct.double().mean()), loss=float(loss.double().mean()),
                           client_accuracies=per_client)
+
+    def global_losses(self, clients: np.ndarray) -> tuple:
+        """F_k(w_t) and the rms loss of the current global model on each listed client's training data.
+
+        Values already measured under the same global model (the profiling round's, or the last
+        round's responders' after aggregation) are reused instead of a second forward pass.
+        """
+        need = [int(c) for c in clients if int(c) not in self._loss_cache]
+        if need:
+            mean, rms = self.trainer.client_losses(self.global_params, need)
+            self._loss_cache.update({c: (m, r) for c, m, r in zip(need, mean, rms)})
+        pairs = [self._loss_cache[int(c)] for c in clients]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
 
     # ------------------------------------------------------------ profiling
     def profile(self, w0: torch.Tensor, pca_components: int, pca_seed: int):
@@ -138,7 +153,8 @@ class Federation:
             self.pca_components = torch.cat([self.pca_components,
                                              torch.zeros(pca_components - d, self.pca_components.shape[1],
                                                          dtype=torch.float64)])
-        losses, rms = self.trainer.client_losses(w0, clients)
+        self._loss_cache = {}
+        losses, rms = self.global_losses(clients)
         if self.adversary is not None:
             losses, rms = self.adversary.report_losses(clients, losses, rms)
         profiling_time = float(self.system.exchange_times(clients).max())
@@ -171,7 +187,7 @@ class Federation:
         local_rows = None
         reported = rms = np.zeros(0)
         if responders.size:
-            losses, rms = self.trainer.client_losses(w_t, responders)
+            losses, rms = self.global_losses(responders)
             reported = losses
             if adv is not None:
                 reported, rms = adv.report_losses(responders, losses, rms)
@@ -195,13 +211,17 @@ class Federation:
             diverged = not bool(torch.isfinite(w_next).all())
             if local is not None and bool(torch.isfinite(local).all()):
                 local_rows = np.nan_to_num(self.project(local), nan=0.0, posinf=0.0, neginf=0.0)
-            if not diverged:
-                after, _ = self.trainer.client_losses(w_next, responders)
+            improved = 0.0 if diverged else float("nan")
+            after_cache = {}
+            if not diverged and self.track_improvement:
+                after, after_rms = self.trainer.client_losses(w_next, responders)
                 improved = float(np.mean(after <= losses + 1e-12))
                 diverged = not np.all(np.isfinite(after))
-            else:
-                improved = 0.0
-            self.global_params = w_next if not diverged else w_t
+                after_cache = {int(c): (a, r) for c, a, r in zip(responders, after, after_rms)}
+            if not diverged:
+                self.global_params = w_next
+                # F_k(w_{t+1}) of this round's responders: their losses_before if selected next round
+                self._loss_cache = after_cache
         else:
             improved = float("nan")
         round_time = self.system.finish_round(responders, round_time=round_time, took_part=took_part)
