@@ -230,3 +230,25 @@ def test_random_agent_drives_the_env():
         assert len(info["selected"]) <= env.unwrapped.k
         done = term or trunc
     assert info["round"] >= 1
+
+
+def test_track_improvement_off_skips_the_metric_not_the_training():
+    runs = {}
+    for track in (True, False):
+        env = make(track_improvement=track, action_mode="topk")
+        env.reset(seed=4)
+        runs[track] = [env.step(np.arange(6, dtype=np.float32) * (-1) ** t)[4] for t in range(3)]
+    assert [i["accuracy"] for i in runs[True]] == [i["accuracy"] for i in runs[False]]
+    assert all(0.0 <= i["improved_fraction"] <= 1.0 for i in runs[True])
+    assert all(np.isnan(i["improved_fraction"]) for i in runs[False])
+
+
+def test_reported_losses_are_the_global_models_loss_before_training():
+    env = make(action_mode="subset", system={"availability": 1.0})
+    env.reset(seed=0)
+    for mask in ([1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0]):  # client 1 twice: its loss comes from the cache
+        w_t = env.federation.global_params.clone()
+        obs, *_ = env.step(np.array(mask, np.int8))
+        chosen = np.flatnonzero(mask)
+        expect, _ = env.federation.trainer.client_losses(w_t, chosen)
+        np.testing.assert_allclose(obs["clients"][chosen, FEATURE_INDEX["loss"]], expect, rtol=1e-5)
