@@ -3,7 +3,8 @@
 Part 1 (``speed``): training steps (= communication rounds) per second of FAVOR's Double DQN on the
 default preset, learning from the first step (so each measurement includes the env rounds, the
 replay buffer and the gradient steps of ``configs/favor.yml``), with 1 env in the learner's process
-and with 2 ``SubprocVecEnv`` worker processes (one torch thread each).
+and with 2 ``SubprocVecEnv`` worker processes (one torch thread each); and the time of one gradient
+step alone.
 
 Part 2 (``full``): the wall time of a full FAVOR training run on the default preset, exactly as
 ``python train_agent.py --algo favor --env default`` runs it (its ``n_timesteps`` and ``n_envs`` from
@@ -17,6 +18,7 @@ reached, and the mean return.
 Usage:  python bench/train_speed.py speed [--steps 600]
         python bench/train_speed.py full [--episodes 20] [--n-timesteps N]
         python bench/train_speed.py eval runs/train/favor_default_seed0 [--episodes 20] [--model best_model.zip]
+                                         [--mode one]
 Results are printed and written to runs/bench/train_speed_<part>.json.
 """
 from __future__ import annotations
@@ -64,12 +66,20 @@ def measure_speed(steps: int, warmup: int) -> Dict[str, Any]:
         env.close()
         out["rates"][f"{n_envs}_env"] = round(rate, 2)
         print(f"{n_envs} env(s): {rate:.1f} training steps/s  ({model._n_updates} gradient steps in all)")
+        if n_envs == 1:  # the learner's share: gradient steps alone, on the buffer just filled
+            t = time.perf_counter()
+            model.train(gradient_steps=200, batch_size=model.batch_size)
+            out["gradient_step_ms"] = round((time.perf_counter() - t) / 200 * 1000, 2)
+            print(f"one gradient step (batch {model.batch_size}): {out['gradient_step_ms']:.1f} ms")
     return out
 
 
 def compare_with_random(run_dir: Path, episodes: int, model_name: str = "model.zip",
-                        first_seed: int = 1000) -> Dict[str, Any]:
-    """The deployed FAVOR agent vs uniform random selection, paired on episode seeds, in the top-K env."""
+                        first_seed: int = 1000, mode: str = "topk") -> Dict[str, Any]:
+    """The FAVOR agent vs uniform random selection, paired on episode seeds.
+
+    ``mode="topk"``: deployed (K clients a round); ``mode="one"``: the training regime (one client a round).
+    """
     import yaml
 
     import agents
@@ -78,6 +88,7 @@ def compare_with_random(run_dir: Path, episodes: int, model_name: str = "model.z
 
     with open(run_dir / "env_config.yaml") as f:
         cfg = deployment_config(yaml.safe_load(f))
+    cfg["action_mode"] = mode
     env = FedSelectEnv(config=cfg)
     spec = env.selection_spec
     favor = FavorAgent.load(run_dir / model_name, spec)
@@ -104,7 +115,7 @@ def compare_with_random(run_dir: Path, episodes: int, model_name: str = "model.z
     diff = np.asarray(results["favor"]["rounds"]) - np.asarray(results["random"]["rounds"])
     se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
     summary = {
-        "episodes": episodes, "seeds": [first_seed, first_seed + episodes - 1], "model": model_name,
+        "episodes": episodes, "seeds": [first_seed, first_seed + episodes - 1], "model": model_name, "mode": mode,
         "target_accuracy": cfg["target_accuracy"], "max_rounds": budget, "clients_per_round": spec.clients_per_round,
         "favor_mean_rounds": float(np.mean(results["favor"]["rounds"])),
         "random_mean_rounds": float(np.mean(results["random"]["rounds"])),
@@ -149,6 +160,8 @@ def main() -> None:
     parser.add_argument("--n-timesteps", type=int, default=None, help="full: override configs/favor.yml")
     parser.add_argument("--name", default="favor_default_full", help="full: run name under runs/bench")
     parser.add_argument("--model", default="model.zip", help="eval: which saved model of the run")
+    parser.add_argument("--mode", default="topk", choices=["topk", "one"],
+                        help="eval: deployed top-K, or the 'one' training regime")
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -160,9 +173,9 @@ def main() -> None:
     else:
         if not args.run_dir:
             parser.error("eval needs RUN_DIR")
-        result = compare_with_random(Path(args.run_dir), args.episodes, args.model)
+        result = compare_with_random(Path(args.run_dir), args.episodes, args.model, mode=args.mode)
     result.update(info, load_average_at_end=os.getloadavg())
-    out = ROOT / "runs" / "bench" / f"train_speed_{args.part}.json"
+    out = ROOT / "runs" / "bench" / f"train_speed_{args.part}{'_one' if args.mode == 'one' else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1, default=float))
