@@ -32,6 +32,6 @@ def make(name: str, spec: SelectionSpec, seed: Optional[int] = None, **params: A
 
 
 # Importing the modules registers the built-in agents.
-from . import afl, fedcs, kcenter, oort, powd, qffl, random_selection, rbcsf  # noqa: E402,F401
+from . import afl, favor, fedcs, kcenter, oort, powd, qffl, random_selection, rbcsf  # noqa: E402,F401
 
 __all__ = ["AGENTS", "SelectionAgent", "make"]
