@@ -198,7 +198,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
 if __name__ == "__main__":
     from fedsel_env.allocator import reexec_with_tcmalloc
 
-    reexec_with_tcmalloc()  # the batched CNN step runs ~1.4x faster under tcmalloc (docs/PERFORMANCE.md)
+    reexec_with_tcmalloc()  # a CNN round runs 1.2-1.4x faster under tcmalloc (docs/PERFORMANCE.md)
     try:
         main()
     except ValueError as e:

@@ -2,8 +2,9 @@
 
 glibc's malloc returns and re-requests the large, short-lived buffers of the
 batched (vmapped) training step on every call; tcmalloc keeps them. Measured on
-this project's 2-core machine: the vmapped K = 10 CNN step ran 1.4x faster with
-Debian's ``libtcmalloc-minimal4`` preloaded (docs/PERFORMANCE.md). An allocator
+this project's 2-core machine: the vmapped K = 10 CNN step ran 1.1x faster and a
+whole FAVOR-style round 1.2-1.4x faster with Debian's ``libtcmalloc-minimal4``
+preloaded (docs/PERFORMANCE.md). An allocator
 can only be chosen before the process starts, so :func:`reexec_with_tcmalloc`
 restarts the script once with ``LD_PRELOAD`` set. Set ``FEDSEL_NO_TCMALLOC=1``
 to opt out; nothing happens where the library is absent.
