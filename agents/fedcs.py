@@ -74,12 +74,7 @@ class FedCSAgent(SelectionAgent):
 
     def observe_feedback(self, obs: Dict[str, np.ndarray]) -> None:
         """Fold the exchange times reported for the last decision into the regressions."""
-        if self._pending_contexts is None:
-            return
-        responded = np.flatnonzero(self.spec.feature(obs, "responded_last_round") > 0.5)
-        if responded.size:
-            tau = self.spec.feature(obs, "last_exchange_time")[responded]
-            self.ridge.update(responded, self._pending_contexts[responded], tau)
+        self.ridge.observe(self.spec, obs, self._pending_contexts)
         self._pending_contexts = None
 
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:

@@ -156,6 +156,17 @@ class ContextRidge:
         self.b[clients] += np.asarray(times, dtype=np.float64)[:, None] * c
         self.count[clients] += 1
 
+    def observe(self, spec: SelectionSpec, obs: Dict[str, np.ndarray], contexts: Optional[np.ndarray]) -> None:
+        """Fold in the exchange times ``obs`` reports for the last decision (lines 15–16).
+
+        :param contexts: the contexts the agent saw when it made that decision (``None``: no decision yet).
+        """
+        if contexts is None:
+            return
+        responded = np.flatnonzero(spec.feature(obs, "responded_last_round") > 0.5)
+        if responded.size:
+            self.update(responded, contexts[responded], spec.feature(obs, "last_exchange_time")[responded])
+
 
 def read_contexts(spec: SelectionSpec, obs: Dict[str, np.ndarray]) -> np.ndarray:
     """The coming round's contexts c_{t,n} from an observation, shape (N, 3)."""
@@ -229,12 +240,7 @@ class RBCSFAgent(SelectionAgent):
 
     def observe_feedback(self, obs: Dict[str, np.ndarray]) -> None:
         """Lines 15–16 for the last decision: fold in the exchange times the observation reports."""
-        if self._pending_contexts is None:
-            return
-        responded = np.flatnonzero(self.spec.feature(obs, "responded_last_round") > 0.5)
-        if responded.size:
-            tau = self.spec.feature(obs, "last_exchange_time")[responded]
-            self.ridge.update(responded, self._pending_contexts[responded], tau)
+        self.ridge.observe(self.spec, obs, self._pending_contexts)
         self._pending_contexts = None
 
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
