@@ -51,7 +51,8 @@ def main() -> None:
                                        "init_args": {"num_cpus": args.cpus, "_temp_dir": ray_tmp}})
 
     print(f"\n{args.agent} in a Flower federation of {n} SuperNodes, K = {strategy.k}, {args.aggregator}")
-    print(f"profiling round: {strategy.profile_info['time']:.2f} s, w_0 accuracy {strategy.profile_info['accuracy']:.3f}")
+    info = strategy.profile_info
+    print(f"profiling round: {info['time']:.2f} s, w_0 accuracy {info['accuracy']:.3f}")
     for h in strategy.history:
         acc = h["observation"]["progress"][1]
         print(f"round {h['round']:>2}: accuracy before {acc:.3f}  chose {sorted(map(int, h['selected']))}  "

@@ -2,7 +2,8 @@
 
 A ``train`` message carries the global weights (an ArrayRecord named by the model's
 parameters) and a ConfigRecord (``fedsel_flower.task`` keys: the fedsel config, the
-train seed, the generator round, E, μ, the update kind). The client, whose index is
+train seed, the generator round, E, μ, the update kind; only the fedsel config is
+required, so Flower's own strategies can drive these clients too). The client, whose index is
 its node config's ``partition-id`` (``flower-supernode --node-config
 "partition-id=3"``; the simulation sets it), replies with
 
@@ -80,7 +81,11 @@ def train(msg: Message, context: Context) -> Message:
     if update == "full_gradient":
         out, steps = task.full_gradient(w), 0
     elif update == "local_sgd":
-        out, steps = task.train(w, int(cfg[TRAIN_SEED_KEY]), int(cfg[GENERATOR_ROUND_KEY]), int(cfg[EPOCHS_KEY]),
+        # Defaults let any Flower strategy (e.g. Flower's own FedAvg) drive this client: E from the fedsel
+        # config, the minibatch order from Flower's "server-round".
+        out, steps = task.train(w, int(cfg.get(TRAIN_SEED_KEY, 0)),
+                                int(cfg.get(GENERATOR_ROUND_KEY, cfg.get("server-round", 0))),
+                                int(cfg.get(EPOCHS_KEY, task.cfg["local_epochs"])),
                                 prox_mu=float(cfg.get(PROX_MU_KEY, 0.0)))
     else:
         raise ValueError(f"{UPDATE_KEY} = {update!r} is invalid: expected 'local_sgd' or 'full_gradient'")

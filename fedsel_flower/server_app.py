@@ -23,14 +23,14 @@ from typing import Any, Callable, Optional
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from .strategy import FedSelectStrategy
+from .strategy import FedSelectStrategy, draw_initial_arrays
 from .task import federated_data
 
 
 def initial_arrays_for(strategy: FedSelectStrategy, init_seed: int = 0) -> ArrayRecord:
     """w_0 for the strategy's config, drawn as the env draws it; the dataset is read for its shape only."""
     data = federated_data(strategy.config)
-    return strategy.initial_arrays(data.input_shape, data.num_classes, init_seed)
+    return draw_initial_arrays(strategy.config, data.input_shape, data.num_classes, init_seed)
 
 
 def make_server_app(strategy: FedSelectStrategy, num_rounds: int, init_seed: int = 0,

@@ -52,6 +52,20 @@ from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KE
 AgentFactory = Callable[[SelectionSpec], Any]
 
 
+def draw_initial_arrays(config: Mapping[str, Any], input_shape: tuple, num_classes: int, seed: int) -> ArrayRecord:
+    """w_0 of the config's model drawn as the env draws it (``init_params``, ``torch.Generator`` seeded by ``seed``).
+
+    :param config: the fedsel config.
+    :param input_shape: the dataset's input shape.
+    :param num_classes: the dataset's number of classes.
+    :param seed: the generator's seed.
+    """
+    model = build_model(config, input_shape, num_classes)
+    layout = ParamLayout(model)
+    w0 = layout.flatten(init_params(model, torch.Generator().manual_seed(int(seed))))
+    return ArrayRecord(state_dict_of(layout, w0))
+
+
 class FedSelectStrategy(FedAvg):
     """Flower FedAvg whose clients are chosen by a fedsel agent and aggregated by a fedsel backend.
 
@@ -89,7 +103,9 @@ class FedSelectStrategy(FedAvg):
                 raise ValueError(f"{key} is not a parameter of FedSelectStrategy: the agent chooses who trains "
                                  f"(config field 'clients_per_round' bounds how many)")
         n = cfg["num_clients"]
-        kwargs.setdefault("min_available_nodes", n)
+        # FedAvg's sampler waits for min_available_nodes before every evaluation: 1, so that a SuperNode
+        # that drops out does not stall the job (the profiling round itself waits for all N).
+        kwargs.setdefault("min_available_nodes", 1)
         kwargs.setdefault("min_evaluate_nodes", 1 if fraction_evaluate > 0 else 0)
         super().__init__(fraction_train=1.0, fraction_evaluate=fraction_evaluate, min_train_nodes=1,
                          weighted_by_key=NUM_EXAMPLES_KEY, **kwargs)
@@ -118,13 +134,6 @@ class FedSelectStrategy(FedAvg):
         self._pending: Dict[str, Any] = {}
 
     # ------------------------------------------------------------------ helpers
-    def initial_arrays(self, input_shape: tuple, num_classes: int, seed: int) -> ArrayRecord:
-        """w_0 drawn as the env draws it (``init_params`` from a ``torch.Generator`` seeded by ``seed``)."""
-        model = build_model(self.config, input_shape, num_classes)
-        layout = ParamLayout(model)
-        w0 = layout.flatten(init_params(model, torch.Generator().manual_seed(int(seed))))
-        return ArrayRecord(state_dict_of(layout, w0))
-
     @staticmethod
     def _layout_for(arrays: ArrayRecord) -> ParamLayout:
         """The parameter layout (names, shapes, order) of the arrays the server was started with."""
