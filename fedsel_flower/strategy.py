@@ -1,7 +1,11 @@
 """FedSelectStrategy: Flower's FedAvg with client selection by a fedsel agent and aggregation by a fedsel backend.
 
-A subclass of Flower's Message-API ``flwr.serverapp.strategy.FedAvg`` (FedAvg:
-McMahan et al., AISTATS 2017). Only two things change:
+A subclass of Flower's Message-API ``flwr.serverapp.strategy.FedAvg`` (H. B. McMahan,
+E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas, "Communication-Efficient Learning of
+Deep Networks from Decentralized Data", AISTATS 2017). The profiling round and the PCA
+state are FAVOR's (H. Wang, Z. Kaplan, D. Niu, B. Li, "Optimizing Federated Learning on
+Non-IID Data with Reinforcement Learning", IEEE INFOCOM 2020; SPEC §2). Only two things
+change:
 
 - **who trains** (``configure_train``): instead of sampling nodes at random, the
   strategy builds the Dict observation a fedsel agent was trained on
@@ -81,7 +85,7 @@ class FedSelectStrategy(FedAvg):
     :param train_seed: root of the clients' minibatch-order generators (the env's ``Federation.train_seed``).
     :param pca_seed: ``random_state`` of the profiling round's PCA.
     :param fraction_evaluate: share of SuperNodes asked to evaluate each round (FedAvg's; 0 = none).
-    :param timeout: seconds to wait for the profiling round's replies.
+    :param timeout: seconds to wait for the N SuperNodes to connect and for the profiling round's replies.
     :param kwargs: other arguments of ``flwr.serverapp.strategy.FedAvg`` (``min_evaluate_nodes``, ...).
     """
 
