@@ -16,7 +16,7 @@ Reward: by name (``fedsel_env.rewards``); FAVOR's Ξ^(acc−Ω) − 1 by default
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -30,12 +30,12 @@ from .aggregators import make_aggregator
 from .config import make_config
 from .data import build_federated_data
 from .federation import Federation, RoundResult
+from .observation import LOSS_CAP, dict_observation_space, flat_observation_space
 from .models import init_params, make_model, num_parameters
 from .rewards import RoundOutcome, make_reward
 from .spec import CLIENT_FEATURES, FEATURE_INDEX, SelectionSpec
 from .system import SystemModel
 
-_LOSS_CAP = 1e4  # losses are clipped into the observation's finite bounds
 
 
 class FedSelectEnv(gym.Env):
@@ -75,29 +75,12 @@ class FedSelectEnv(gym.Env):
         self._round = 0
 
     # ------------------------------------------------------------------ spaces
-    def _client_high(self) -> np.ndarray:
-        s = self.config["system"]
-        high = np.ones(len(CLIENT_FEATURES), dtype=np.float32)
-        high[FEATURE_INDEX["loss"]] = _LOSS_CAP
-        high[FEATURE_INDEX["loss_rms"]] = _LOSS_CAP
-        high[FEATURE_INDEX["ctx_cpu"]] = 1.0 / s["cpu_share"][0]
-        high[FEATURE_INDEX["ctx_comm"]] = 4.0 * self.model_size / s["bandwidth"][0]
-        high[FEATURE_INDEX["last_exchange_time"]] = 1e6
-        return high
-
     def _observation_space(self) -> spaces.Space:
-        n, d = self.num_clients, self.pca_components
-        parts = {
-            "weights": spaces.Box(-1e6, 1e6, shape=(n + 1, d), dtype=np.float32),
-            "clients": spaces.Box(np.zeros((n, len(CLIENT_FEATURES)), np.float32),
-                                  np.tile(self._client_high(), (n, 1)), dtype=np.float32),
-            "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
-        }
+        self._dict_space = dict_observation_space(self.config, self.num_clients, self.pca_components,
+                                                  self.model_size)
         if self.config["observation"] == "dict":
-            return spaces.Dict(parts)
-        lows = [parts[p].low.reshape(-1) for p in self.config["flat_parts"]]
-        highs = [parts[p].high.reshape(-1) for p in self.config["flat_parts"]]
-        return spaces.Box(np.concatenate(lows), np.concatenate(highs), dtype=np.float32)
+            return self._dict_space
+        return flat_observation_space(self._dict_space, self.config["flat_parts"])
 
     def _spec(self, num_samples: np.ndarray) -> SelectionSpec:
         return SelectionSpec(num_clients=self.num_clients, clients_per_round=self.k,
@@ -236,7 +219,7 @@ class FedSelectEnv(gym.Env):
         space = self.observation_space
         parts = {
             "weights": np.nan_to_num(self._weights, nan=0.0, posinf=1e6, neginf=-1e6),
-            "clients": np.nan_to_num(c, nan=_LOSS_CAP, posinf=_LOSS_CAP),
+            "clients": np.nan_to_num(c, nan=LOSS_CAP, posinf=LOSS_CAP),
             "progress": np.array([self._round / budget, self._accuracy]),
         }
         if isinstance(space, spaces.Dict):

@@ -32,34 +32,12 @@ import torch
 from gymnasium import spaces
 from sklearn.decomposition import PCA
 
+from fedsel_env.observation import LOSS_CAP, dict_observation_space
 from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX
 
-#: The env's bound on reported losses (``fedsel_env.env._LOSS_CAP``).
-LOSS_CAP = 1e4
-
-
 def observation_space(cfg: Mapping[str, Any], num_clients: int, pca_components: int, model_size: int) -> spaces.Dict:
-    """The env's Dict observation space for ``cfg`` (the bounds of ``FedSelectEnv._observation_space``).
-
-    :param cfg: the fedsel config (its ``system`` field sets the context bounds).
-    :param num_clients: N.
-    :param pca_components: d.
-    :param model_size: the model's parameter count P.
-    """
-    s = cfg["system"]
-    high = np.ones(len(CLIENT_FEATURES), dtype=np.float32)
-    high[FEATURE_INDEX["loss"]] = LOSS_CAP
-    high[FEATURE_INDEX["loss_rms"]] = LOSS_CAP
-    high[FEATURE_INDEX["ctx_cpu"]] = 1.0 / s["cpu_share"][0]
-    high[FEATURE_INDEX["ctx_comm"]] = 4.0 * model_size / s["bandwidth"][0]
-    high[FEATURE_INDEX["last_exchange_time"]] = 1e6
-    n, d = num_clients, pca_components
-    return spaces.Dict({
-        "weights": spaces.Box(-1e6, 1e6, shape=(n + 1, d), dtype=np.float32),
-        "clients": spaces.Box(np.zeros((n, len(CLIENT_FEATURES)), np.float32), np.tile(high, (n, 1)),
-                              dtype=np.float32),
-        "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
-    })
+    """The env's Dict observation space for ``cfg`` (``fedsel_env.observation.dict_observation_space``)."""
+    return dict_observation_space(cfg, num_clients, pca_components, model_size)
 
 
 class WeightPCA:
