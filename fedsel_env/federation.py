@@ -18,9 +18,9 @@ from typing import Dict, Optional
 
 import numpy as np
 import torch
-from sklearn.decomposition import PCA
 
 from .adversary import Adversary
+from .observation import WeightPCA
 from .aggregators import Aggregator, ClientUpdates
 from .system import SystemModel
 from .training import BatchedTrainer
@@ -88,8 +88,7 @@ class Federation:
         self.test_counts = np.diff(data.test_offsets).astype(np.float64)
         self.global_params: torch.Tensor = torch.zeros(self.layout.size)
         self.profiling_diverged = 0  # clients whose profiling-round model was not finite
-        self.pca_mean: Optional[torch.Tensor] = None
-        self.pca_components: Optional[torch.Tensor] = None
+        self.pca: Optional[WeightPCA] = None
 
     # ---------------------------------------------------------------- helpers
     def generators(self, round_index: int, clients: np.ndarray) -> list:
@@ -98,8 +97,7 @@ class Federation:
 
     def project(self, flat: torch.Tensor) -> np.ndarray:
         """PCA coordinates of flat weights, (P,) → (d,) or (K, P) → (K, d)."""
-        z = (flat.to(torch.float64) - self.pca_mean) @ self.pca_components.T
-        return z.numpy()
+        return self.pca.project(flat)
 
     @torch.no_grad()
     def evaluate(self, flat: torch.Tensor) -> Evaluation:
@@ -142,17 +140,8 @@ class Federation:
             broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))
         self.profiling_diverged = int(broken.sum())
         stacked[broken] = stacked[0]
-        d = min(pca_components, stacked.shape[0], stacked.shape[1])
-        with np.errstate(divide="ignore", invalid="ignore"):  # all rows equal: explained-variance ratio 0/0
-            pca = PCA(n_components=d, random_state=pca_seed).fit(stacked)
-        self.pca_mean = torch.from_numpy(pca.mean_)
-        self.pca_components = torch.from_numpy(pca.components_)
+        self.pca = WeightPCA(stacked, pca_components, pca_seed)
         z = self.project(torch.from_numpy(stacked))
-        if z.shape[1] < pca_components:  # fewer components than asked (tiny models): pad with zeros
-            z = np.pad(z, ((0, 0), (0, pca_components - z.shape[1])))
-            self.pca_components = torch.cat([self.pca_components,
-                                             torch.zeros(pca_components - d, self.pca_components.shape[1],
-                                                         dtype=torch.float64)])
         self._loss_cache = {}
         losses, rms = self.global_losses(clients)
         if self.adversary is not None:

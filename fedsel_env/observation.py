@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import torch
 from gymnasium import spaces
+from sklearn.decomposition import PCA
 
 from .spec import CLIENT_FEATURES, FEATURE_INDEX
 
@@ -54,3 +56,27 @@ def flat_observation_space(dict_space: spaces.Dict, parts: Sequence[str]) -> spa
     lows = [dict_space[p].low.reshape(-1) for p in parts]
     highs = [dict_space[p].high.reshape(-1) for p in parts]
     return spaces.Box(np.concatenate(lows), np.concatenate(highs), dtype=np.float32)
+
+
+class WeightPCA:
+    """FAVOR's fixed PCA of flat weights, fitted once on the profiling round (SPEC §2) and kept.
+
+    :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
+    :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
+    :param seed: the PCA's ``random_state``.
+    """
+
+    def __init__(self, stacked: np.ndarray, components: int, seed: int) -> None:
+        stacked = np.asarray(stacked, dtype=np.float64)
+        d = min(components, stacked.shape[0], stacked.shape[1])
+        with np.errstate(divide="ignore", invalid="ignore"):  # all rows equal: explained-variance ratio 0/0
+            pca = PCA(n_components=d, random_state=seed).fit(stacked)
+        self.mean = torch.from_numpy(pca.mean_)
+        comps = torch.from_numpy(pca.components_)
+        if d < components:
+            comps = torch.cat([comps, torch.zeros(components - d, comps.shape[1], dtype=torch.float64)])
+        self.components = comps
+
+    def project(self, flat: torch.Tensor) -> np.ndarray:
+        """PCA coordinates: (P,) → (d,), (K, P) → (K, d)."""
+        return ((flat.to(torch.float64) - self.mean) @ self.components.T).numpy()

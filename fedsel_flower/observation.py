@@ -28,39 +28,14 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
-import torch
 from gymnasium import spaces
-from sklearn.decomposition import PCA
 
-from fedsel_env.observation import LOSS_CAP, dict_observation_space
+from fedsel_env.observation import LOSS_CAP, WeightPCA, dict_observation_space
 from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX
 
 def observation_space(cfg: Mapping[str, Any], num_clients: int, pca_components: int, model_size: int) -> spaces.Dict:
     """The env's Dict observation space for ``cfg`` (``fedsel_env.observation.dict_observation_space``)."""
     return dict_observation_space(cfg, num_clients, pca_components, model_size)
-
-
-class WeightPCA:
-    """FAVOR's fixed PCA of flat weights, fitted as ``Federation.profile`` fits it.
-
-    :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
-    :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
-    :param seed: the PCA's ``random_state``.
-    """
-
-    def __init__(self, stacked: np.ndarray, components: int, seed: int) -> None:
-        stacked = np.asarray(stacked, dtype=np.float64)
-        d = min(components, stacked.shape[0], stacked.shape[1])
-        pca = PCA(n_components=d, random_state=seed).fit(stacked)
-        self.mean = torch.from_numpy(pca.mean_)
-        comps = torch.from_numpy(pca.components_)
-        if d < components:
-            comps = torch.cat([comps, torch.zeros(components - d, comps.shape[1], dtype=torch.float64)])
-        self.components = comps
-
-    def project(self, flat: torch.Tensor) -> np.ndarray:
-        """PCA coordinates: (P,) → (d,), (K, P) → (K, d)."""
-        return ((flat.to(torch.float64) - self.mean) @ self.components.T).numpy()
 
 
 class ServerView:
