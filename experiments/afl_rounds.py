@@ -45,10 +45,7 @@ def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = common.parser(NAME, __doc__.split("\n")[0]).parse_args(argv)
-    common.check_args(args)
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     settings = SMOKE if args.smoke else SETTINGS
     seeds = args.seeds or ([0, 1] if args.smoke else SEEDS)
     progress = not args.no_progress

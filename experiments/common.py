@@ -315,3 +315,11 @@ def held(curve: Sequence[float], length: int) -> np.ndarray:
     """A per-round curve held at its last value up to ``length`` points (the job ended at Ω)."""
     v = np.asarray([np.nan if c is None else c for c in curve], dtype=np.float64)
     return np.concatenate([v, np.full(length - v.size, v[-1])]) if v.size < length else v[:length]
+
+
+def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":
+    """What every experiment does once its arguments are parsed: check them, one thread per
+    process, start the wall clock, open the outputs. Returns (clock, outputs)."""
+    check_args(args)
+    threads_to_one()
+    return Clock(), Outputs(name, Path(args.out), publishing(args))

@@ -164,10 +164,7 @@ def main(argv: Sequence[str] = None) -> Path:
                    help="the paper's setup: favor_cnn, E = 5, Ω = 85%%, caps up to 3000 rounds, 30000 training "
                         "rounds, 3 seeds (days on this machine)")
     args = p.parse_args(argv)
-    common.check_args(args)
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     if args.smoke and args.paper_scale:
         raise ValueError("--smoke and --paper-scale exclude each other")
     scale = SMOKE_SCALE if args.smoke else PAPER_SCALE if args.paper_scale else SCALE

@@ -50,10 +50,7 @@ def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = common.parser(NAME, __doc__.split("\n")[0]).parse_args(argv)
-    common.check_args(args)
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     seeds = args.seeds or ([0] if args.smoke else SEEDS)
     progress = not args.no_progress
     env_a = {**FULL_BATCH, **SMOKE_OVERRIDES, "clients_per_round": 4} if args.smoke else FULL_BATCH

@@ -51,10 +51,7 @@ def main(argv: Sequence[str] = None) -> Path:
     p.add_argument("--max-samples", type=int, default=None,
                    help="cap on a device's training samples (default 500; 0 = no cap, as the paper)")
     args = p.parse_args(argv)
-    common.check_args(args)
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     rounds = args.rounds if args.rounds is not None else 3 if args.smoke else ROUNDS
     if rounds < 1:
         raise ValueError(f"--rounds = {rounds} is invalid: expected >= 1")

@@ -74,12 +74,9 @@ def main(argv: Sequence[str] = None) -> Path:
     p = common.parser(NAME, __doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=None, help=f"rounds per episode (default {ROUNDS})")
     args = p.parse_args(argv)
-    common.check_args(args)
     if args.rounds is not None and args.rounds < 1:
         raise ValueError(f"--rounds = {args.rounds} is invalid: expected >= 1")
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     env = dict(SMOKE_ENV if args.smoke else ENV)
     if args.rounds is not None:
         env["max_rounds"] = args.rounds

@@ -69,10 +69,7 @@ def main(argv: Sequence[str] = None) -> Path:
     """Run the measurement as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = common.parser(NAME, __doc__.split("\n")[0]).parse_args(argv)
-    common.check_args(args)
-    common.threads_to_one()
-    clock = common.Clock()
-    out = common.Outputs(NAME, Path(args.out), common.publishing(args))
+    clock, out = common.start(NAME, args)
     if args.smoke:
         config = {"dataset": "digits", "num_clients": 8, "samples_per_client": 20, "partition": "iid",
                   "partition_params": {}, "clients_per_round": 2}
