@@ -9,12 +9,17 @@ bookkeeping) against the raw rate of one ``nn.Module`` of the same architecture 
 Part 2: step time and peak resident memory for N = 100, 1,000, 10,000 clients at K = 10 on
 Synthetic(1, 1) with logistic regression, each N in its own process (sizes capped, see --max-samples).
 
+The env runs with ``workers: 1`` and ``workers: 2`` (a round's clients and evaluation split over two
+processes of one torch thread each); the single model runs with 1 and with 2 torch threads, and the
+ratio is taken against the faster of the two.
+
 Usage:  python bench/round_speed.py [--rounds 10] [--skip-scaling] [--threads 1]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -25,13 +30,13 @@ import torch
 import torch.nn.functional as F
 
 
-def env_rate(model: str, rounds: int, dataset: str) -> tuple[float, float]:
+def env_rate(model: str, rounds: int, dataset: str, workers: int = 1) -> tuple[float, float]:
     from fedsel_env.env import FedSelectEnv
 
     cfg = dict(dataset=dataset, num_clients=100, samples_per_client=600, test_fraction=1 / 6,
                partition="iid", partition_params={}, model=model, local_epochs=1, batch_size=10, lr=0.01,
                clients_per_round=10, max_rounds=rounds + 5, target_accuracy=0.999,
-               system={"availability": 1.0})
+               system={"availability": 1.0}, workers=workers)
     env = FedSelectEnv(config=cfg)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -40,6 +45,7 @@ def env_rate(model: str, rounds: int, dataset: str) -> tuple[float, float]:
     for _ in range(rounds):
         env.step(rng.standard_normal(100).astype(np.float32))
     dt = (time.perf_counter() - t) / rounds
+    env.close()
     return 10 * 600 / dt, dt
 
 
@@ -100,13 +106,21 @@ def main() -> None:
     if args.child:
         scaling_child(args.child, args.rounds, args.max_samples)
         return
-    print(f"torch {torch.__version__}, {args.threads} thread(s)")
-    print("| model | env step (s) | env sample-updates/s | single model sample-updates/s | ratio |")
-    print("|---|---|---|---|---|")
+    print(f"torch {torch.__version__}, {args.threads} torch thread(s) per process, load "
+          f"{os.getloadavg()[0]:.1f}")
+    print("| model | env step, 1 process (s) | env step, 2 processes (s) | env sample-updates/s (2 proc.) "
+          "| single model, 1 thread | single model, 2 threads | env (2 proc.) / best single model |")
+    print("|---|---|---|---|---|---|---|")
     for model in ("fedmgda_cnn", "mlp"):
-        rate, dt = env_rate(model, args.rounds, args.dataset)
-        single = single_model_rate(model, 600, args.dataset)
-        print(f"| {model} | {dt:.3f} | {rate:,.0f} | {single:,.0f} | {rate / single:.2f}x |", flush=True)
+        _, dt1 = env_rate(model, args.rounds, args.dataset, workers=1)
+        rate2, dt2 = env_rate(model, args.rounds, args.dataset, workers=2)
+        single1 = single_model_rate(model, 600, args.dataset)
+        torch.set_num_threads(2)
+        single2 = single_model_rate(model, 600, args.dataset)
+        torch.set_num_threads(args.threads)
+        best = max(single1, single2)
+        print(f"| {model} | {dt1:.3f} | {dt2:.3f} | {rate2:,.0f} | {single1:,.0f} | {single2:,.0f} | "
+              f"{rate2 / best:.2f}x |", flush=True)
     if args.skip_scaling:
         return
     print("\n| N | reset (s) | step (s) | step / step(N=100) | peak RSS (GiB) |")

@@ -9,7 +9,9 @@ Systems, each in a fresh child process so that start-up (Python, imports, data, 
 
 - ``env``: ``FedSelectEnv`` with the ``random`` agent — reset (which includes FAVOR's
   profiling round: all 100 clients train one epoch, PCA) and 20 steps. Training is the
-  env's batched ``torch.func.vmap`` local SGD; ``--env-threads`` torch threads.
+  env's batched ``torch.func.vmap`` local SGD, each round's clients and evaluation split over
+  ``--env-workers`` processes (the env's ``workers`` config, default 2: both cores, as Flower's
+  two client processes use them) of ``--env-threads`` torch threads each.
 - ``flower``: Flower's simulation runtime (``run_simulation``, Ray backend) with Flower's own
   Message-API ``FedAvg`` (``fraction_train=0.1``: 10 of 100 at random) and the
   ``fedsel_flower`` ClientApp (plain PyTorch SGD per client, loss before training);
@@ -25,7 +27,7 @@ spawn to exit), and the steady per-round time (median of rounds 3..R: a round is
 server-side evaluations, i.e. selection + training + aggregation + evaluation).
 
 Usage: python bench/vs_flower.py [--rounds 20] [--repeats 1] [--systems env,flower,flower-fedsel]
-                                 [--env-threads 1] [--cpus 2] [--json out.json]
+                                 [--env-threads 1] [--env-workers 2] [--cpus 2] [--json out.json]
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ def workload(rounds: int) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- children
-def child_env(rounds: int, threads: int) -> Dict[str, Any]:
+def child_env(rounds: int, threads: int, workers: int) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
@@ -61,7 +63,7 @@ def child_env(rounds: int, threads: int) -> Dict[str, Any]:
     from fedsel_env.env import FedSelectEnv
 
     t0 = time.perf_counter()
-    env = FedSelectEnv(config=workload(rounds))
+    env = FedSelectEnv(config={**workload(rounds), "workers": workers})
     obs, info = env.reset(seed=0)
     setup = time.perf_counter() - t0
     agent = agents.make("random", env.selection_spec, seed=0)
@@ -73,6 +75,7 @@ def child_env(rounds: int, threads: int) -> Dict[str, Any]:
         times.append(time.perf_counter() - t)
         if terminated or truncated:
             break
+    env.close()
     return {"round_times": times, "setup_s": setup, "accuracy": float(info["accuracy"]), "rounds": len(times)}
 
 
@@ -143,7 +146,7 @@ def versions() -> Dict[str, str]:
 
 def run_child(system: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--rounds", str(args.rounds),
-           "--env-threads", str(args.env_threads), "--cpus", str(args.cpus)]
+           "--env-threads", str(args.env_threads), "--env-workers", str(args.env_workers), "--cpus", str(args.cpus)]
     env = dict(os.environ, OMP_NUM_THREADS="1" if system != "env" else str(args.env_threads),
                FLWR_TELEMETRY_ENABLED="0", PYTHONPATH=os.pathsep.join(
                    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
@@ -168,7 +171,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--systems", default=",".join(SYSTEMS))
-    p.add_argument("--env-threads", type=int, default=1, help="torch threads of the env process")
+    p.add_argument("--env-threads", type=int, default=1, help="torch threads of each env process")
+    p.add_argument("--env-workers", type=int, default=2,
+                   help="the env's 'workers' config: processes sharing each round (2 = both cores)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs given to Ray (one per virtual client)")
     p.add_argument("--json", default=None, help="write all results to this file")
     p.add_argument("--child", choices=SYSTEMS, default=None, help=argparse.SUPPRESS)
@@ -176,7 +181,7 @@ def main() -> None:
     if args.rounds < 3:
         p.error("--rounds must be >= 3 (the steady round time is the median of rounds 3..R)")
     if args.child == "env":
-        print(json.dumps(child_env(args.rounds, args.env_threads)))
+        print(json.dumps(child_env(args.rounds, args.env_threads, args.env_workers)))
         return
     if args.child in ("flower", "flower-fedsel"):
         print(json.dumps(child_flower(args.rounds, args.cpus, args.child == "flower-fedsel")))
@@ -186,7 +191,8 @@ def main() -> None:
     if bad:
         p.error(f"--systems: unknown {bad}; choose from {list(SYSTEMS)}")
 
-    print(f"versions: {versions()}; {os.cpu_count()} CPUs; env threads {args.env_threads}, Ray CPUs {args.cpus}")
+    print(f"versions: {versions()}; {os.cpu_count()} CPUs; env: {args.env_workers} process(es) x "
+          f"{args.env_threads} thread(s); Ray CPUs {args.cpus}")
     results: List[Dict[str, Any]] = []
     for rep in range(args.repeats):
         order = systems if rep % 2 == 0 else systems[::-1]  # alternate the order against drifting load

@@ -56,6 +56,8 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
     "track_improvement": True,    # measure the responders' loss under w_{t+1} (info["improved_fraction"]);
                                   # False saves one forward pass over their data per round (then NaN)
+    "workers": 1,                 # processes sharing a round's training and evaluation (fork; Linux):
+                                  # 2 on a 2-core machine with one torch thread each (docs/PERFORMANCE.md)
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
@@ -237,6 +239,7 @@ def validate(cfg: Dict[str, Any]) -> None:
         _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {list(FLAT_PARTS)}")
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
+    _int(cfg, "workers", 1, 64)
     _int(cfg, "federation_seed", 0, allow_none=True)
     _float(cfg, "divergence_loss", 0.0, lo_open=True)
     if not isinstance(cfg["track_improvement"], bool):

@@ -30,6 +30,7 @@ from .aggregators import make_aggregator
 from .config import make_config
 from .data import build_federated_data
 from .federation import Federation, RoundResult
+from .parallel import WorkerPool
 from .observation import LOSS_CAP, dict_observation_space, flat_observation_space
 from .models import init_params, make_model, num_parameters
 from .rewards import RoundOutcome, make_reward
@@ -71,6 +72,7 @@ class FedSelectEnv(gym.Env):
         self.pca_components = min(self.pca_components, self.num_clients + 1)
         self.observation_space = self._observation_space()
         self.federation: Optional[Federation] = None
+        self._pool: Optional[WorkerPool] = None  # config "workers" > 1: forked at the first reset
         self.selection_spec = self._spec(probe.num_samples)
         self._round = 0
 
@@ -112,8 +114,10 @@ class FedSelectEnv(gym.Env):
         system.rng = np.random.default_rng(int(seeds[1]))  # per-episode draws; θ* stays with the federation
         aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         adversary = Adversary(cfg["adversary"], self.num_clients, fed_seed, int(seeds[1]), self.model_size)
+        if cfg["workers"] > 1 and (self._pool is None or self._pool.closed):
+            self._pool = WorkerPool(cfg["workers"] - 1)
         self.federation = Federation(data, self._model, aggregator, system, cfg, train_seed=int(seeds[2]),
-                                     adversary=adversary)
+                                     adversary=adversary, pool=self._pool)
         w0 = self.federation.layout.flatten(init_params(self._model, torch.Generator().manual_seed(int(seeds[3]))))
         aggregator.reset(w0)
         system.draw_round()  # the profiling round's contexts
@@ -276,3 +280,10 @@ class FedSelectEnv(gym.Env):
 
     def render(self) -> None:
         return None
+
+    def close(self) -> None:
+        """Stop the worker processes (config ``workers`` > 1); a later reset() starts new ones."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        super().close()

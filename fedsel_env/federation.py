@@ -23,6 +23,7 @@ from .adversary import Adversary
 from .observation import WeightPCA
 from .aggregators import Aggregator, ClientUpdates
 from .system import SystemModel
+from .parallel import ParallelTrainer, WorkerPool
 from .training import BatchedTrainer
 
 
@@ -63,10 +64,13 @@ class Federation:
     :param cfg: the env config (local training fields).
     :param train_seed: root of every client's minibatch-order generator.
     :param adversary: attackers and unreliable clients (``fedsel_env.adversary``); ``None``: everyone honest.
+    :param pool: worker processes to share the training and evaluation with (``fedsel_env.parallel``);
+        ``None``: all of it in this process.
     """
 
     def __init__(self, data, model: torch.nn.Module, aggregator: Aggregator, system: SystemModel,
-                 cfg: Dict, train_seed: int, adversary: Optional[Adversary] = None) -> None:
+                 cfg: Dict, train_seed: int, adversary: Optional[Adversary] = None,
+                 pool: Optional[WorkerPool] = None) -> None:
         self.data = data
         self.adversary = adversary
         self.n = len(data.train_offsets) - 1
@@ -75,9 +79,12 @@ class Federation:
         # A batch larger than the largest client is that client's whole data: capping B changes no
         # result and keeps the (steps, K, B) minibatch plan from allocating B rows per client.
         batch_size = min(int(cfg["batch_size"]), max(int(np.diff(data.train_offsets).max()), 1))
-        self.trainer = BatchedTrainer(model, data.x_train, data.y_train, data.train_offsets,
-                                      batch_size=batch_size, lr=cfg["lr"],
-                                      local_epochs=cfg["local_epochs"], momentum=cfg["momentum"])
+        kwargs = dict(model=model, x_train=data.x_train, y_train=data.y_train, train_offsets=data.train_offsets,
+                      batch_size=batch_size, lr=cfg["lr"], local_epochs=cfg["local_epochs"],
+                      momentum=cfg["momentum"])
+        self.trainer = BatchedTrainer(**kwargs)
+        if pool is not None and pool.size > 0:
+            self.trainer = ParallelTrainer(self.trainer, kwargs, data.x_test, data.y_test, pool)
         self.layout = self.trainer.layout
         self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
         self.train_seed = int(train_seed)

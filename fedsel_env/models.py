@@ -10,6 +10,11 @@ None uses BatchNorm: running statistics break both the vectorised training
 - ``favor_cnn``: FAVOR's MNIST CNN, 431,080 parameters
   (conv 1→20 k5, pool, conv 20→50 k5, pool, FC 800→500, FC 500→10).
 - ``cifar_cnn``: a LeNet-style CIFAR-10 CNN (conv 3→6 k5, pool, conv 6→16 k5, pool, FC 400→120→84→10).
+
+Every 2×2 pool is :class:`Pool2x2`: ``nn.MaxPool2d(2)`` itself while gradients are recorded
+(training), and, in evaluation passes (no autograd), the same values computed as the
+elementwise maximum of the four strided 2×2 corners, which is 8× faster than PyTorch's CPU
+max-pool kernel here (``bench/pool_speed.py``; ``tests/test_models.py`` checks it is equal).
 """
 from __future__ import annotations
 
@@ -23,6 +28,27 @@ from torch import nn
 from .registry import Registry, check_params
 
 MODELS: Registry = Registry("model")
+
+
+class Pool2x2(nn.MaxPool2d):
+    """``nn.MaxPool2d(2)`` with a fast exact forward for evaluation passes.
+
+    With autograd recording, it is PyTorch's own max-pool (and its gradient, which goes to the first
+    maximum of each window). Without (``torch.no_grad`` / ``inference_mode``: the server's evaluation
+    and loss passes), the output is ``max(max(x00, x01), max(x10, x11))`` over the strided corners:
+    the same values, NaN propagated as max-pool does, odd trailing rows and columns dropped as
+    ``floor`` mode does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return super().forward(x)
+        h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
+        return torch.maximum(torch.maximum(x[..., 0:h:2, 0:w:2], x[..., 0:h:2, 1:w:2]),
+                             torch.maximum(x[..., 1:h:2, 0:w:2], x[..., 1:h:2, 1:w:2]))
 
 
 def _need_image(name: str, input_shape: Tuple[int, ...], shape: Tuple[int, ...]) -> None:
@@ -48,8 +74,8 @@ def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 64) -> nn.
 def fedmgda_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
     _need_image("fedmgda_cnn", input_shape, (1, 28, 28))
     return nn.Sequential(
-        nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(),
-        nn.Conv2d(10, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+        nn.Conv2d(1, 10, 5), Pool2x2(), nn.ReLU(),
+        nn.Conv2d(10, 20, 5), Pool2x2(), nn.ReLU(),
         nn.Flatten(), nn.Linear(320, 50), nn.ReLU(), nn.Linear(50, num_classes),
     )
 
@@ -58,8 +84,8 @@ def fedmgda_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
 def favor_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
     _need_image("favor_cnn", input_shape, (1, 28, 28))
     return nn.Sequential(
-        nn.Conv2d(1, 20, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(20, 50, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(1, 20, 5), nn.ReLU(), Pool2x2(),
+        nn.Conv2d(20, 50, 5), nn.ReLU(), Pool2x2(),
         nn.Flatten(), nn.Linear(800, 500), nn.ReLU(), nn.Linear(500, num_classes),
     )
 
@@ -68,8 +94,8 @@ def favor_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
 def cifar_cnn(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
     _need_image("cifar_cnn", input_shape, (3, 32, 32))
     return nn.Sequential(
-        nn.Conv2d(3, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(3, 6, 5), nn.ReLU(), Pool2x2(),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), Pool2x2(),
         nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
         nn.Linear(84, num_classes),
     )

@@ -1,0 +1,253 @@
+"""A round's heavy work split across processes (config ``workers``; docs/PERFORMANCE.md).
+
+On a CPU the batched ``vmap`` training of SPEC §3.4 gains nothing for the CNNs (a K = 10
+vmapped step costs what 10 single steps cost, ``bench/vmap_batching.py``), and one process
+at batch 10 cannot keep two cores busy. With ``workers: P`` the env splits each round's
+clients into P groups, trains group 0 in its own process and groups 1..P-1 in P-1 forked
+worker processes, each with one torch thread, at the same time. The same split serves the
+profiling round, the loss passes (F_k for the listed clients), the full-batch gradients of
+q-FedSGD, and the evaluation on every client's test split (cut into P row ranges).
+
+Each client's local training depends only on its own data and its own generator (seeded by
+episode, round and client id), so the split changes no result beyond float rounding in the
+batched kernels: ``tests/test_parallel.py`` checks that ``workers: 2`` gives the same models as
+``workers: 1`` to float tolerance, and the same selections, accuracies and rewards step by step.
+
+Workers are forked (Linux's ``fork`` start method) and receive the federation's tensors once per
+federation through shared memory. They exit with the env (``env.close()``) or with this process.
+"""
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+import threading
+import traceback
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .training import BatchedTrainer
+
+
+def _worker_main(conn) -> None:
+    """A worker's loop: ("setup", key, trainer kwargs, test x, test y) then ("call", key, method, args)."""
+    torch.set_num_threads(1)
+    current: Dict[str, Any] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        try:
+            if msg[0] == "setup":
+                _, key, kwargs, x_test, y_test = msg
+                current = {"key": key, "trainer": BatchedTrainer(**kwargs), "x_test": x_test, "y_test": y_test}
+                conn.send(("ok", None))
+                continue
+            _, key, method, args = msg
+            if current.get("key") != key:
+                raise RuntimeError(f"worker has federation {current.get('key')}, asked for {key}")
+            trainer = current["trainer"]
+            if method == "test_losses":
+                flat, lo, hi = args
+                out = trainer.per_sample_losses(flat, current["x_test"][lo:hi], current["y_test"][lo:hi])
+            else:
+                out = getattr(trainer, method)(*args)
+            # results travel as numpy arrays: pickled by value, no shared-memory file per tensor
+            if isinstance(out, torch.Tensor):
+                out = out.numpy()
+            elif isinstance(out, tuple):
+                out = tuple(o.numpy() if isinstance(o, torch.Tensor) else o for o in out)
+            conn.send(("ok", out))
+        except Exception:  # noqa: BLE001 - everything goes back to the parent, which raises it
+            conn.send(("err", traceback.format_exc()))
+
+
+class WorkerPool:
+    """``size`` forked worker processes, each answering one request at a time over a pipe.
+
+    :raises ValueError: where the ``fork`` start method does not exist (Windows): use ``workers: 1``.
+    """
+
+    _key_lock = threading.Lock()
+    _next_key = 0
+
+    def __init__(self, size: int) -> None:
+        if "fork" not in mp.get_all_start_methods():
+            raise ValueError("workers > 1 needs the 'fork' start method (Linux); set workers: 1 on this platform")
+        ctx = mp.get_context("fork")
+        self.size = int(size)
+        self._conns, self._procs = [], []
+        for _ in range(self.size):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="fedsel-worker")
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self.key: Optional[int] = None
+        self._finalizer = weakref.finalize(self, WorkerPool._shutdown, self._conns, self._procs)
+        atexit.register(self._finalizer)
+
+    @staticmethod
+    def _shutdown(conns, procs) -> None:
+        for c in conns:
+            try:
+                c.send(None)
+                c.close()
+            except (OSError, BrokenPipeError):
+                pass
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+
+    def close(self) -> None:
+        """Stop the workers (idempotent)."""
+        self._finalizer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def setup(self, trainer_kwargs: Dict[str, Any], x_test: torch.Tensor, y_test: torch.Tensor) -> int:
+        """Give every worker a federation (tensors in shared memory); returns its key."""
+        with WorkerPool._key_lock:
+            WorkerPool._next_key += 1
+            key = WorkerPool._next_key
+        for t in (trainer_kwargs["x_train"], trainer_kwargs["y_train"], x_test, y_test):
+            t.share_memory_()
+        for c in self._conns:
+            c.send(("setup", key, trainer_kwargs, x_test, y_test))
+        for c in self._conns:
+            self._receive(c)
+        self.key = key
+        return key
+
+    def submit(self, worker: int, key: int, method: str, args: tuple) -> None:
+        self._conns[worker].send(("call", key, method, args))
+
+    def result(self, worker: int) -> Any:
+        return self._receive(self._conns[worker])
+
+    @staticmethod
+    def _receive(conn) -> Any:
+        try:
+            status, payload = conn.recv()
+        except EOFError as e:
+            raise RuntimeError("a fedsel worker process died (out of memory?); rebuild the env") from e
+        if status == "err":
+            raise RuntimeError(f"a fedsel worker process failed:\n{payload}")
+        return payload
+
+
+def split_clients(client_ids: Sequence[int], sizes: np.ndarray, parts: int) -> List[np.ndarray]:
+    """Positions 0..K-1 of ``client_ids`` in ``parts`` groups of near-equal work.
+
+    Clients are sorted by size and dealt out in turn (largest first), so each group holds clients
+    of similar size (little masked padding in the vmapped steps) and the groups' sample totals are close.
+    """
+    order = np.argsort(-np.asarray(sizes)[np.asarray(client_ids, dtype=np.int64)], kind="stable")
+    groups = [np.sort(order[i::parts]) for i in range(parts)]
+    return [g for g in groups if g.size]
+
+
+class ParallelTrainer:
+    """:class:`BatchedTrainer`'s interface, with the work split between this process and a pool.
+
+    :param trainer: this process's trainer (it does group 0); the workers build theirs from the same arguments.
+    :param trainer_kwargs: the arguments ``trainer`` was built with.
+    :param x_test: the federation's test inputs (evaluation is split by rows when these are evaluated).
+    :param y_test: the test labels.
+    :param pool: the worker processes.
+    """
+
+    def __init__(self, trainer: BatchedTrainer, trainer_kwargs: Dict[str, Any], x_test: torch.Tensor,
+                 y_test: torch.Tensor, pool: WorkerPool) -> None:
+        self.local = trainer
+        self.pool = pool
+        self.parts = pool.size + 1
+        self.x_test, self.y_test = x_test, y_test
+        self.key = pool.setup(trainer_kwargs, x_test, y_test)
+
+    def __getattr__(self, name: str) -> Any:  # layout, lr, sizes, batch_plan, ... from the local trainer
+        return getattr(self.local, name)
+
+    def _run(self, method: str, group_args: List[tuple]) -> List[Any]:
+        """Group 0 here, groups 1.. in workers 0..; results in group order."""
+        if self.pool.closed:
+            raise RuntimeError("the env's worker processes were closed; build a new env")
+        if self.pool.key != self.key:  # another federation (a later reset) has the pool now
+            raise RuntimeError("the worker pool now serves another federation; reset() the env")
+        for w, args in enumerate(group_args[1:]):
+            self.pool.submit(w, self.key, method, args)
+        try:
+            if method == "test_losses":
+                flat, lo, hi = group_args[0]
+                first = self.local.per_sample_losses(flat, self.x_test[lo:hi], self.y_test[lo:hi])
+            else:
+                first = getattr(self.local, method)(*group_args[0])
+        except BaseException:
+            for w in range(len(group_args) - 1):  # collect the workers' answers so the pipes stay in step
+                try:
+                    self.pool.result(w)
+                except RuntimeError:
+                    pass
+            raise
+        rest = [self.pool.result(w) for w in range(len(group_args) - 1)]
+        return [first] + rest
+
+    def _by_client(self, method: str, client_ids: Sequence[int], make_args) -> Tuple[List[np.ndarray], List[Any]]:
+        ids = np.asarray(list(client_ids), dtype=np.int64)
+        groups = split_clients(ids, self.local.sizes, self.parts)
+        return groups, self._run(method, [make_args(g) for g in groups])
+
+    @staticmethod
+    def _gather_rows(groups: List[np.ndarray], outs: List[Any], k: int) -> torch.Tensor:
+        outs = [torch.as_tensor(o) for o in outs]
+        full = outs[0].new_empty((k, outs[0].shape[1]))
+        for g, o in zip(groups, outs):
+            full[torch.from_numpy(g)] = o
+        return full
+
+    def train(self, global_flat: torch.Tensor, client_ids: Sequence[int],
+              generators: Sequence[np.random.Generator], prox_mu: float = 0.0,
+              epochs: Optional[int] = None) -> torch.Tensor:
+        ids = np.asarray(list(client_ids), dtype=np.int64)
+        if ids.size < 2:
+            return self.local.train(global_flat, ids, generators, prox_mu, epochs)
+        groups, outs = self._by_client("train", ids, lambda g: (global_flat, ids[g].tolist(),
+                                                                [generators[i] for i in g], prox_mu, epochs))
+        return self._gather_rows(groups, outs, ids.size)
+
+    def full_gradients(self, global_flat: torch.Tensor, client_ids: Sequence[int]) -> torch.Tensor:
+        ids = np.asarray(list(client_ids), dtype=np.int64)
+        if ids.size < 2:
+            return self.local.full_gradients(global_flat, ids)
+        groups, outs = self._by_client("full_gradients", ids, lambda g: (global_flat, ids[g].tolist()))
+        return self._gather_rows(groups, outs, ids.size)
+
+    def client_losses(self, flat: torch.Tensor, client_ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+        ids = np.asarray(list(client_ids), dtype=np.int64)
+        if ids.size < 2:
+            return self.local.client_losses(flat, ids)
+        groups, outs = self._by_client("client_losses", ids, lambda g: (flat, ids[g].tolist()))
+        mean, rms = np.empty(ids.size), np.empty(ids.size)
+        for g, (m, r) in zip(groups, outs):
+            mean[g], rms[g] = m, r
+        return mean, rms
+
+    def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+                          rows_per_pass: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Split by rows when ``x`` is the federation's test set; otherwise computed here."""
+        if x is not self.x_test or x.shape[0] < 2 * self.parts:
+            return self.local.per_sample_losses(flat, x, y, rows_per_pass)
+        bounds = np.linspace(0, x.shape[0], self.parts + 1).astype(int)
+        outs = self._run("test_losses", [(flat, int(bounds[i]), int(bounds[i + 1])) for i in range(self.parts)])
+        losses = torch.cat([torch.as_tensor(o[0]) for o in outs])
+        correct = torch.cat([torch.as_tensor(o[1]) for o in outs])
+        return losses, correct

@@ -1,0 +1,105 @@
+"""workers > 1 (fedsel_env/parallel.py): the same federation, trained and evaluated across processes."""
+import numpy as np
+import pytest
+import torch
+
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.models import init_params, make_model
+from fedsel_env.parallel import ParallelTrainer, WorkerPool, split_clients
+from fedsel_env.training import BatchedTrainer
+
+SMALL = {"num_clients": 10, "clients_per_round": 5, "max_rounds": 4, "model": "mlp",
+         "samples_per_client": 30, "target_accuracy": 0.99, "momentum": 0.5}
+
+
+def _episode(workers, aggregator="fedavg", seed=3, rounds=4):
+    env = FedSelectEnv(config={**SMALL, "workers": workers, "aggregator": aggregator})
+    try:
+        obs, info = env.reset(seed=seed)
+        out = [(obs["weights"].copy(), info["accuracy"], None, None)]
+        rng = np.random.default_rng(0)
+        for _ in range(rounds):
+            obs, r, term, trunc, info = env.step(rng.standard_normal(10).astype(np.float32))
+            out.append((obs["weights"].copy(), info["accuracy"], r, info["selected"].copy()))
+            if term or trunc:
+                break
+        return out, env.federation.global_params.clone()
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("aggregator", ["fedavg", "qfedsgd"])
+def test_two_workers_give_the_one_process_episode(aggregator):
+    one, w1 = _episode(1, aggregator)
+    two, w2 = _episode(2, aggregator)
+    assert len(one) == len(two)
+    for (o1, a1, r1, s1), (o2, a2, r2, s2) in zip(one, two):
+        np.testing.assert_allclose(o1, o2, rtol=1e-4, atol=1e-4)
+        assert a1 == pytest.approx(a2, abs=1e-9)
+        if s1 is not None:
+            np.testing.assert_array_equal(s1, s2)
+            assert r1 == pytest.approx(r2, abs=1e-6)
+    torch.testing.assert_close(w1, w2, rtol=1e-4, atol=1e-5)
+
+
+def test_parallel_trainer_methods_equal_the_local_trainer():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(230, 1, 28, 28, generator=g), torch.randint(0, 10, (230,), generator=g)
+    offsets = np.array([0, 30, 50, 90, 100, 160, 230])  # unequal clients
+    model = make_model("fedmgda_cnn", (1, 28, 28), 10)
+    kwargs = dict(model=model, x_train=x, y_train=y, train_offsets=offsets, batch_size=8, lr=0.05)
+    local = BatchedTrainer(**kwargs)
+    x_test, y_test = torch.randn(37, 1, 28, 28, generator=g), torch.randint(0, 10, (37,), generator=g)
+    pool = WorkerPool(1)
+    try:
+        par = ParallelTrainer(BatchedTrainer(**kwargs), kwargs, x_test, y_test, pool)
+        flat = local.layout.flatten(init_params(model, torch.Generator().manual_seed(1)))
+        ids = [5, 0, 3, 2, 4]
+        gens = lambda: [np.random.default_rng([7, c]) for c in ids]  # noqa: E731
+        torch.testing.assert_close(par.train(flat, ids, gens()), local.train(flat, ids, gens()))
+        torch.testing.assert_close(par.full_gradients(flat, ids), local.full_gradients(flat, ids))
+        for a, b in zip(par.client_losses(flat, ids), local.client_losses(flat, ids)):
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        for a, b in zip(par.per_sample_losses(flat, x_test, y_test), local.per_sample_losses(flat, x_test, y_test)):
+            torch.testing.assert_close(a, b)
+        # a worker's exception comes back as a RuntimeError that carries its traceback
+        # (clients 0 and 1: client 0, the larger, is trained here; client 1 in the worker)
+        with pytest.raises(RuntimeError, match="worker process failed"):
+            par.train(flat, [0, 1], [np.random.default_rng(0), "not a generator"])
+        # an error here still collects the worker's answer: the next call gets its own results
+        with pytest.raises(AttributeError):
+            par.train(flat, [0, 1], ["not a generator", np.random.default_rng(0)])
+        torch.testing.assert_close(par.train(flat, ids, gens()), local.train(flat, ids, gens()))
+        pool.close()
+        assert pool.closed
+        with pytest.raises(RuntimeError, match="closed"):
+            par.train(flat, ids, gens())
+    finally:
+        pool.close()
+
+
+def test_split_clients_balances_and_covers():
+    sizes = np.array([100, 10, 90, 20, 80, 30, 70])
+    groups = split_clients(np.arange(7), sizes, 2)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(7))
+    totals = [sizes[g].sum() for g in groups]
+    assert abs(totals[0] - totals[1]) <= 100
+    assert len(split_clients(np.array([3]), sizes, 2)) == 1  # no empty group
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_bad_workers_value_names_the_field(bad):
+    with pytest.raises(ValueError, match="workers"):
+        FedSelectEnv(config={**SMALL, "workers": bad})
+
+
+def test_close_stops_the_workers_and_reset_starts_new_ones():
+    env = FedSelectEnv(config={**SMALL, "workers": 2})
+    env.reset(seed=0)
+    procs = list(env._pool._procs)
+    assert all(p.is_alive() for p in procs)
+    env.close()
+    assert not any(p.is_alive() for p in procs)
+    env.reset(seed=0)  # a closed env can be reset again: new workers
+    env.step(np.arange(10, dtype=np.float32))
+    env.close()
