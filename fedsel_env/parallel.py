@@ -18,7 +18,6 @@ federation through shared memory. They exit with the env (``env.close()``) or wi
 """
 from __future__ import annotations
 
-import atexit
 import multiprocessing as mp
 import threading
 import traceback
@@ -90,8 +89,8 @@ class WorkerPool:
             self._conns.append(parent)
             self._procs.append(proc)
         self.key: Optional[int] = None
+        # runs on close(), when the pool is garbage-collected, or at interpreter exit
         self._finalizer = weakref.finalize(self, WorkerPool._shutdown, self._conns, self._procs)
-        atexit.register(self._finalizer)
 
     @staticmethod
     def _shutdown(conns, procs) -> None:
