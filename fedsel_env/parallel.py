@@ -118,8 +118,14 @@ class WorkerPool:
         with WorkerPool._key_lock:
             WorkerPool._next_key += 1
             key = WorkerPool._next_key
-        for t in (trainer_kwargs["x_train"], trainer_kwargs["y_train"], x_test, y_test):
-            t.share_memory_()
+        try:
+            for t in (trainer_kwargs["x_train"], trainer_kwargs["y_train"], x_test, y_test):
+                t.share_memory_()
+        except RuntimeError as e:  # e.g. a container's 64 MB /dev/shm
+            mb = sum(t.numel() * t.element_size() for t in (trainer_kwargs["x_train"], x_test)) / 2**20
+            raise RuntimeError(
+                f"workers > 1 puts the federation's data ({mb:.0f} MB) in shared memory and that failed ({e}); "
+                "give /dev/shm more room (docker run --shm-size=2g) or set workers: 1") from e
         for c in self._conns:
             c.send(("setup", key, trainer_kwargs, x_test, y_test))
         for c in self._conns:

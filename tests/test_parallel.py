@@ -103,3 +103,20 @@ def test_close_stops_the_workers_and_reset_starts_new_ones():
     env.reset(seed=0)  # a closed env can be reset again: new workers
     env.step(np.arange(10, dtype=np.float32))
     env.close()
+
+
+def test_shared_memory_failure_says_what_to_do(monkeypatch):
+    x, y = torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)
+    model = make_model("logreg", (3,), 2)
+    kwargs = dict(model=model, x_train=x, y_train=y, train_offsets=np.array([0, 2, 4]), batch_size=2, lr=0.1)
+
+    def no_room(self):
+        raise RuntimeError("unable to write to file </torch_1_2>: No space left on device (28)")
+
+    pool = WorkerPool(1)
+    try:
+        monkeypatch.setattr(torch.Tensor, "share_memory_", no_room)
+        with pytest.raises(RuntimeError, match=r"--shm-size.*workers: 1"):
+            ParallelTrainer(BatchedTrainer(**kwargs), kwargs, x.clone(), y.clone(), pool)
+    finally:
+        pool.close()
