@@ -161,6 +161,11 @@ def split_clients(client_ids: Sequence[int], sizes: np.ndarray, parts: int) -> L
     return [g for g in groups if g.size]
 
 
+#: rows × parameters below which a pass stays in this process (2^24: ~1,700 rows of the 21,840-parameter CNN,
+#: ~27,000 rows of a 610-parameter logistic regression).
+MIN_SPLIT_WORK = 2**24
+
+
 class ParallelTrainer:
     """:class:`BatchedTrainer`'s interface, with the work split between this process and a pool.
 
@@ -178,6 +183,16 @@ class ParallelTrainer:
         self.parts = pool.size + 1
         self.x_test, self.y_test = x_test, y_test
         self.key = pool.setup(trainer_kwargs, x_test, y_test)
+        self.num_params = int(trainer.layout.size)
+
+    def _worth_splitting(self, rows: int, count: int) -> bool:
+        """Whether ``rows`` sample passes are worth sending to workers (≥ 2 items, ≥ MIN_SPLIT_WORK).
+
+        The work is estimated as rows × parameters (a dense model's multiply-adds per forward pass; a CNN
+        does more per parameter). Under the threshold (logistic regression and small MLPs on few rows) a
+        worker's messages cost more than its share of the work saves (docs/PERFORMANCE.md).
+        """
+        return count >= 2 and rows * self.num_params >= MIN_SPLIT_WORK
 
     def __getattr__(self, name: str) -> Any:  # layout, lr, sizes, batch_plan, ... from the local trainer
         return getattr(self.local, name)
@@ -223,7 +238,8 @@ class ParallelTrainer:
               generators: Sequence[np.random.Generator], prox_mu: float = 0.0,
               epochs: Optional[int] = None) -> torch.Tensor:
         ids = np.asarray(list(client_ids), dtype=np.int64)
-        if ids.size < 2:
+        rows = int(self.local.sizes[ids].sum()) * (self.local.epochs if epochs is None else epochs)
+        if not self._worth_splitting(rows, ids.size):
             return self.local.train(global_flat, ids, generators, prox_mu, epochs)
         groups, outs = self._by_client("train", ids, lambda g: (global_flat, ids[g].tolist(),
                                                                 [generators[i] for i in g], prox_mu, epochs))
@@ -231,14 +247,14 @@ class ParallelTrainer:
 
     def full_gradients(self, global_flat: torch.Tensor, client_ids: Sequence[int]) -> torch.Tensor:
         ids = np.asarray(list(client_ids), dtype=np.int64)
-        if ids.size < 2:
+        if not self._worth_splitting(int(self.local.sizes[ids].sum()), ids.size):
             return self.local.full_gradients(global_flat, ids)
         groups, outs = self._by_client("full_gradients", ids, lambda g: (global_flat, ids[g].tolist()))
         return self._gather_rows(groups, outs, ids.size)
 
     def client_losses(self, flat: torch.Tensor, client_ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
         ids = np.asarray(list(client_ids), dtype=np.int64)
-        if ids.size < 2:
+        if not self._worth_splitting(int(self.local.sizes[ids].sum()), ids.size):
             return self.local.client_losses(flat, ids)
         groups, outs = self._by_client("client_losses", ids, lambda g: (flat, ids[g].tolist()))
         mean, rms = np.empty(ids.size), np.empty(ids.size)
@@ -249,7 +265,7 @@ class ParallelTrainer:
     def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                           rows_per_pass: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Split by rows when ``x`` is the federation's test set; otherwise computed here."""
-        if x is not self.x_test or x.shape[0] < 2 * self.parts:
+        if x is not self.x_test or not self._worth_splitting(int(x.shape[0]), int(x.shape[0]) // self.parts):
             return self.local.per_sample_losses(flat, x, y, rows_per_pass)
         bounds = np.linspace(0, x.shape[0], self.parts + 1).astype(int)
         outs = self._run("test_losses", [(flat, int(bounds[i]), int(bounds[i + 1])) for i in range(self.parts)])

@@ -3,10 +3,17 @@ import numpy as np
 import pytest
 import torch
 
+import fedsel_env.parallel as parallel
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.models import init_params, make_model
 from fedsel_env.parallel import ParallelTrainer, WorkerPool, split_clients
 from fedsel_env.training import BatchedTrainer
+
+@pytest.fixture
+def split_everything(monkeypatch):
+    """Send every pass to the workers, however small (the tests' federations are tiny)."""
+    monkeypatch.setattr(parallel, "MIN_SPLIT_WORK", 0)
+
 
 SMALL = {"num_clients": 10, "clients_per_round": 5, "max_rounds": 4, "model": "mlp",
          "samples_per_client": 30, "target_accuracy": 0.99, "momentum": 0.5}
@@ -29,7 +36,7 @@ def _episode(workers, aggregator="fedavg", seed=3, rounds=4):
 
 
 @pytest.mark.parametrize("aggregator", ["fedavg", "qfedsgd"])
-def test_two_workers_give_the_one_process_episode(aggregator):
+def test_two_workers_give_the_one_process_episode(aggregator, split_everything):
     one, w1 = _episode(1, aggregator)
     two, w2 = _episode(2, aggregator)
     assert len(one) == len(two)
@@ -42,7 +49,7 @@ def test_two_workers_give_the_one_process_episode(aggregator):
     torch.testing.assert_close(w1, w2, rtol=1e-4, atol=1e-5)
 
 
-def test_parallel_trainer_methods_equal_the_local_trainer():
+def test_parallel_trainer_methods_equal_the_local_trainer(split_everything):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(230, 1, 28, 28, generator=g), torch.randint(0, 10, (230,), generator=g)
     offsets = np.array([0, 30, 50, 90, 100, 160, 230])  # unequal clients
@@ -93,7 +100,7 @@ def test_bad_workers_value_names_the_field(bad):
         FedSelectEnv(config={**SMALL, "workers": bad})
 
 
-def test_close_stops_the_workers_and_reset_starts_new_ones():
+def test_close_stops_the_workers_and_reset_starts_new_ones(split_everything):
     env = FedSelectEnv(config={**SMALL, "workers": 2})
     env.reset(seed=0)
     procs = list(env._pool._procs)
@@ -120,3 +127,31 @@ def test_shared_memory_failure_says_what_to_do(monkeypatch):
             ParallelTrainer(BatchedTrainer(**kwargs), kwargs, x.clone(), y.clone(), pool)
     finally:
         pool.close()
+
+
+def test_small_passes_stay_in_this_process(monkeypatch):
+    """Under MIN_SPLIT_WORK (rows x parameters) nothing is sent to a worker; above it, the work is split."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(60, 1, 28, 28, generator=g), torch.randint(0, 10, (60,), generator=g)
+    model = make_model("fedmgda_cnn", (1, 28, 28), 10)
+    kwargs = dict(model=model, x_train=x, y_train=y, train_offsets=np.array([0, 30, 60]), batch_size=10, lr=0.05)
+    pool = WorkerPool(1)
+    try:
+        par = ParallelTrainer(BatchedTrainer(**kwargs), kwargs, x[:20].clone(), y[:20].clone(), pool)
+        flat = par.layout.flatten(init_params(model, torch.Generator().manual_seed(1)))
+        sent = []
+        real_submit = pool.submit
+        monkeypatch.setattr(pool, "submit", lambda *a: (sent.append(a[2]), real_submit(*a)))
+        par.train(flat, [0, 1], [np.random.default_rng(0), np.random.default_rng(1)])
+        par.client_losses(flat, [0, 1])
+        par.per_sample_losses(flat, par.x_test, par.y_test)
+        assert sent == []  # 60 rows x 21,840 parameters < 2^24
+        monkeypatch.setattr(parallel, "MIN_SPLIT_WORK", 60 * model_size(model))
+        par.train(flat, [0, 1], [np.random.default_rng(0), np.random.default_rng(1)])
+        assert sent == ["train"]
+    finally:
+        pool.close()
+
+
+def model_size(model):
+    return sum(p.numel() for p in model.parameters())
