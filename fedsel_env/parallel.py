@@ -99,7 +99,7 @@ class WorkerPool:
                 c.send(None)
                 c.close()
             except (OSError, BrokenPipeError):
-                pass
+                pass  # the worker is gone already: nothing to tell it
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
