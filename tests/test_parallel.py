@@ -155,3 +155,21 @@ def test_small_passes_stay_in_this_process(monkeypatch):
 
 def model_size(model):
     return sum(p.numel() for p in model.parameters())
+
+
+def test_this_process_works_on_one_thread_and_gets_its_threads_back(split_everything):
+    """P processes on P cores: the main process's share runs single-threaded, then its setting returns."""
+    seen = []
+    env = FedSelectEnv(config={**SMALL, "workers": 2})
+    before = torch.get_num_threads()
+    try:
+        env.reset(seed=0)
+        real_train = env.federation.trainer.local.train
+        env.federation.trainer.local.train = lambda *a, **k: (seen.append(torch.get_num_threads()), real_train(*a, **k))[1]
+        torch.set_num_threads(2)
+        env.step(np.arange(10, dtype=np.float32))
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+        env.close()
