@@ -18,6 +18,7 @@ federation through shared memory. They exit with the env (``env.close()``) or wi
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import threading
 import traceback
@@ -217,11 +218,11 @@ class ParallelTrainer:
             else:
                 first = getattr(self.local, method)(*group_args[0])
         except BaseException:
-            for w in range(len(group_args) - 1):  # collect the workers' answers so the pipes stay in step
-                try:
+            # collect the workers' answers (a worker's own error too: this one is raised instead) so that
+            # every pipe is empty again for the next call
+            for w in range(len(group_args) - 1):
+                with contextlib.suppress(RuntimeError):
                     self.pool.result(w)
-                except RuntimeError:
-                    pass
             raise
         finally:
             if threads != 1:
