@@ -46,6 +46,9 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     # --- the selection problem (SPEC §2) -------------------------------------
     "clients_per_round": 5,       # K
     "action_mode": "topk",        # one | topk | subset
+    "one_mode_step": 1.0,         # `one` mode only: the global model moves this fraction of the way from w_t to
+                                  # the aggregate; 1 = the paper's; "1/K" = one client weighs what it weighs in a
+                                  # K-client FedAvg round (FAVOR's training, docs/TRAINING.md)
     "target_accuracy": 0.9,       # Ω: the episode terminates when the global accuracy reaches it
     "max_rounds": 60,             # round budget: truncated after it
     "reward": "favor",            # favor | accuracy_gain | time_penalised
@@ -227,6 +230,9 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "clients_per_round", 1, cfg["num_clients"])
     if cfg["action_mode"] not in ACTION_MODES:
         _fail("action_mode", cfg["action_mode"], f"allowed: {list(ACTION_MODES)}")
+    step = cfg["one_mode_step"]
+    if step != "1/K" and (isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1):
+        _fail("one_mode_step", step, 'expected a number in (0, 1] or the string "1/K"')
     _float(cfg, "target_accuracy", 0.0, 1.0, lo_open=True)
     _int(cfg, "max_rounds", 1)
     if cfg["pca_components"] is not None:

@@ -61,6 +61,9 @@ class FedSelectEnv(gym.Env):
         make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
+        step = cfg["one_mode_step"]
+        #: the fraction of the way from w_t to the aggregate the global model moves (1 outside the `one` mode)
+        self.server_step = 1.0 if cfg["action_mode"] != "one" else (1.0 / self.k if step == "1/K" else float(step))
 
         # The data, hence the model's size and the observation's shapes, are fixed per config: build the
         # federation once with a seed from the config so spaces are known before reset.
@@ -117,7 +120,7 @@ class FedSelectEnv(gym.Env):
         if cfg["workers"] > 1 and (self._pool is None or self._pool.closed):
             self._pool = WorkerPool(cfg["workers"] - 1)
         self.federation = Federation(data, self._model, aggregator, system, cfg, train_seed=int(seeds[2]),
-                                     adversary=adversary, pool=self._pool)
+                                     adversary=adversary, pool=self._pool, server_step=self.server_step)
         w0 = self.federation.layout.flatten(init_params(self._model, torch.Generator().manual_seed(int(seeds[3]))))
         aggregator.reset(w0)
         system.draw_round()  # the profiling round's contexts

@@ -66,11 +66,15 @@ class Federation:
     :param adversary: attackers and unreliable clients (``fedsel_env.adversary``); ``None``: everyone honest.
     :param pool: worker processes to share the training and evaluation with (``fedsel_env.parallel``);
         ``None``: all of it in this process.
+    :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate.
     """
 
     def __init__(self, data, model: torch.nn.Module, aggregator: Aggregator, system: SystemModel,
                  cfg: Dict, train_seed: int, adversary: Optional[Adversary] = None,
-                 pool: Optional[WorkerPool] = None) -> None:
+                 pool: Optional[WorkerPool] = None, server_step: float = 1.0) -> None:
+        if not 0.0 < server_step <= 1.0:
+            raise ValueError(f"server_step = {server_step!r}: expected a number in (0, 1]")
+        self.server_step = float(server_step)
         self.data = data
         self.adversary = adversary
         self.n = len(data.train_offsets) - 1
@@ -204,6 +208,8 @@ class Federation:
                                     losses_before=torch.as_tensor(reported, dtype=torch.float32),
                                     client_ids=responders, lr=float(self.trainer.lr), round=round_index)
             w_next = self.aggregator.aggregate(updates)
+            if self.server_step != 1.0:
+                w_next = w_t + self.server_step * (w_next - w_t)
             diverged = not bool(torch.isfinite(w_next).all())
             if local is not None and bool(torch.isfinite(local).all()):
                 local_rows = np.nan_to_num(self.project(local), nan=0.0, posinf=0.0, neginf=0.0)

@@ -213,6 +213,7 @@ def test_exchange_time_follows_context():
     ("reward_params", {"xi": 0.5}, "xi"),
     ("aggregator_params", {"qq": 1}, "unknown aggregator parameter"),
     ("dataset_params", {"colour": 1}, "colour"),
+    ("one_mode_step", 0, "one_mode_step"), ("one_mode_step", 1.5, "1/K"), ("one_mode_step", "1/N", "1/K"),
 ])
 def test_bad_config_values_raise_value_error(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -252,3 +253,31 @@ def test_reported_losses_are_the_global_models_loss_before_training():
         chosen = np.flatnonzero(mask)
         expect, _ = env.federation.trainer.client_losses(w_t, chosen)
         np.testing.assert_allclose(obs["clients"][chosen, FEATURE_INDEX["loss"]], expect, rtol=1e-5)
+
+
+@pytest.mark.parametrize("step,expect", [(0.25, 0.25), ("1/K", 0.5)])
+def test_one_mode_step_moves_part_of_the_way(step, expect):
+    """one_mode_step s: w_{t+1} = w_t + s (w_k − w_t) in the `one` mode, the same local training as s = 1."""
+    full, part = make(action_mode="one", system={"availability": 1.0}), make(
+        action_mode="one", system={"availability": 1.0}, one_mode_step=step)
+    assert part.server_step == expect
+    for env in (full, part):
+        env.reset(seed=3)
+    w_t = full.federation.global_params.clone()
+    assert bool((part.federation.global_params == w_t).all())
+    full.step(2)
+    part.step(2)
+    local = full.federation.global_params  # one responder: FedAvg's aggregate is its local model
+    np.testing.assert_allclose(part.federation.global_params.numpy(), (w_t + expect * (local - w_t)).numpy(),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_one_mode_step_is_ignored_outside_the_one_mode():
+    """The deployed (`topk`) env of a FAVOR model trained with one_mode_step runs plain FedAvg rounds."""
+    a, b = make(), make(one_mode_step="1/K")
+    assert b.server_step == 1.0
+    a.reset(seed=1)
+    b.reset(seed=1)
+    score = np.arange(6, dtype=np.float32)
+    assert a.step(score)[4]["accuracy"] == b.step(score)[4]["accuracy"]
+    assert bool((a.federation.global_params == b.federation.global_params).all())
