@@ -16,6 +16,8 @@ Reward: by name (``fedsel_env.rewards``); FAVOR's Ξ^(acc−Ω) − 1 by default
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
@@ -62,8 +64,13 @@ class FedSelectEnv(gym.Env):
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
         step = cfg["one_mode_step"]
-        #: the fraction of the way from w_t to the aggregate the global model moves (1 outside the `one` mode)
+        #: the fraction of a communication round one step stands for (1 outside the `one` mode): the global
+        #: model moves this fraction of the way from w_t to the aggregate, and the round-based parts of the
+        #: state (progress, rounds since selected, participation rate, the "last round" flags) and the round
+        #: budget count the step as this fraction of a round.
         self.server_step = 1.0 if cfg["action_mode"] != "one" else (1.0 / self.k if step == "1/K" else float(step))
+        #: steps per episode: the round budget in steps
+        self.max_steps = max(1, math.ceil(cfg["max_rounds"] / self.server_step - 1e-9))
 
         # The data, hence the model's size and the observation's shapes, are fixed per config: build the
         # federation once with a seed from the config so spaces are known before reset.
@@ -136,8 +143,8 @@ class FedSelectEnv(gym.Env):
         self._last_selected_round = np.zeros(n)
         self._participation = np.zeros(n, dtype=np.int64)
         self._last_tau = np.zeros(n)
-        self._selected_last = np.zeros(n, dtype=bool)
-        self._responded_last = np.zeros(n, dtype=bool)
+        self._selected_step = np.full(n, -np.inf)   # the last step each client was selected / responded
+        self._responded_step = np.full(n, -np.inf)
         self._round = 0
         self._updates_sent = 0
         self._diverged = False
@@ -165,14 +172,14 @@ class FedSelectEnv(gym.Env):
         self._round += 1
         result, local_rows = self.federation.run_round(selected, self._round - 1,
                                            evaluate=self._round % self.config["eval_every"] == 0
-                                           or self._round >= self.config["max_rounds"])
+                                           or self._round >= self.max_steps)
         prev_acc = self._accuracy
         self._record(result, local_rows)
         reward = self.reward_fn(RoundOutcome(self._accuracy, prev_acc, self.config["target_accuracy"],
                                              result.round_time, self._round))
         terminated = bool(result.evaluated and not result.diverged
                           and self._accuracy >= self.config["target_accuracy"])
-        truncated = bool(not terminated and (self._round >= self.config["max_rounds"] or self._diverged))
+        truncated = bool(not terminated and (self._round >= self.max_steps or self._diverged))
         if not terminated and not truncated:
             self.federation.system.draw_round()
         return self._observe(), float(reward), terminated, truncated, self._info(result, terminated)
@@ -180,10 +187,8 @@ class FedSelectEnv(gym.Env):
     def _record(self, r: RoundResult, local_rows: Optional[np.ndarray]) -> None:
         """Fold a round's result into the per-client state the observation shows."""
         resp = r.responders
-        self._selected_last[:] = False
-        self._selected_last[r.selected] = True
-        self._responded_last[:] = False
-        self._responded_last[resp] = True
+        self._selected_step[r.selected] = self._round
+        self._responded_step[resp] = self._round
         if resp.size:
             self._loss[resp] = r.losses_before
             self._loss_rms[resp] = r.loss_rms_before
@@ -210,24 +215,27 @@ class FedSelectEnv(gym.Env):
     def _observe(self):
         fed = self.federation
         n, budget = self.num_clients, self.config["max_rounds"]
+        unit = self.server_step  # rounds per step
+        rounds = self._round * unit
+        last_round = self._round - 1.0 / unit  # steps after this one belong to the last round
         c = np.zeros((n, len(CLIENT_FEATURES)), dtype=np.float64)
         f = FEATURE_INDEX
         c[:, f["loss"]] = self._loss
         c[:, f["loss_rms"]] = self._loss_rms
         ns = self.selection_spec.num_samples.astype(np.float64)
         c[:, f["num_samples"]] = ns / ns.max()
-        c[:, f["rounds_since_selected"]] = (self._round - self._last_selected_round) / budget
-        c[:, f["participation_rate"]] = self._participation / max(self._round, 1)
+        c[:, f["rounds_since_selected"]] = (self._round - self._last_selected_round) * unit / budget
+        c[:, f["participation_rate"]] = self._participation / max(rounds, 1)
         c[:, f["available"]] = fed.system.available
         c[:, [f["ctx_cpu"], f["ctx_cold"], f["ctx_comm"]]] = fed.system.context
         c[:, f["last_exchange_time"]] = self._last_tau
-        c[:, f["selected_last_round"]] = self._selected_last
-        c[:, f["responded_last_round"]] = self._responded_last
+        c[:, f["selected_last_round"]] = self._selected_step > last_round
+        c[:, f["responded_last_round"]] = self._responded_step > last_round
         space = self.observation_space
         parts = {
             "weights": np.nan_to_num(self._weights, nan=0.0, posinf=1e6, neginf=-1e6),
             "clients": np.nan_to_num(c, nan=LOSS_CAP, posinf=LOSS_CAP),
-            "progress": np.array([self._round / budget, self._accuracy]),
+            "progress": np.array([min(rounds / budget, 1.0), self._accuracy]),
         }
         if isinstance(space, spaces.Dict):
             return {k: np.clip(v, space[k].low, space[k].high).astype(np.float32) for k, v in parts.items()}
