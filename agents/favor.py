@@ -281,7 +281,9 @@ class FavorAgent(SelectionAgent):
         if got != (expected,):
             raise ValueError(f"favor agent: the model expects observations of shape {got}, but flat_parts "
                              f"{self.flat_parts} of this problem (N={n}, d={self.spec.pca_components}) give "
-                             f"({expected},): the model was trained on a different federation or flat_parts")
+                             f"({expected},): the model was trained on a different federation, PCA size d "
+                             f"(env config pca_components) or flat_parts; deploy it in an env with its "
+                             f"training config (agents.favor.deployment_config of its env_config.yaml)")
 
     def q_values(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Q(s, ·) for one Dict observation, shape (N,)."""

@@ -93,7 +93,7 @@ def compare_with_random(run_dir: Path, episodes: int, model_name: str = "model.z
     spec = env.selection_spec
     favor = FavorAgent.load(run_dir / model_name, spec)
     rand = agents.make("random", spec)
-    budget = cfg["max_rounds"]
+    budget = env.max_steps  # the round budget in steps (one_mode_step < 1 makes a `one`-mode step part of a round)
     results: Dict[str, Dict[str, List[float]]] = {}
     for name, agent in (("favor", favor), ("random", rand)):
         rounds, reached, returns = [], [], []

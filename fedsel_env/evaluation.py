@@ -390,9 +390,15 @@ def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
         else:
             ok = all(model.observation_space[k].shape == np.asarray(v).shape for k, v in obs.items())
         if not ok:
+            train = make_config(p.train_config or {})
+            shaping = ("num_clients", "pca_components", "model", "dataset", "flat_parts")
+            differ = [f"{k}={train[k]!r} (here {env.config[k]!r})" for k in shaping
+                      if k != "flat_parts" and train[k] != env.config[k]]
             raise ValueError(f"model {p.source!r} expects observations {model.observation_space}, which this "
-                             f"evaluation env does not give: it was trained on a different federation")
-    ignore = {"action_mode", "observation", "flat_parts", "aggregator", "aggregator_params"}
+                             f"evaluation env does not give: it was trained with "
+                             f"{', '.join(differ) or 'a different federation'}; evaluate it in an env with "
+                             f"those values (--env-kwargs KEY=VALUE)")
+    ignore = {"action_mode", "observation", "flat_parts", "aggregator", "aggregator_params", "one_mode_step"}
     train = make_config(p.train_config or {})
     return [k for k in sorted(train) if k not in ignore and train[k] != env.config.get(k)]
 
@@ -578,6 +584,7 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
         overrides["target_accuracy"] = target
     # Hand-written agents read the Dict observation; a trained model gets its flat view from it.
     overrides["observation"] = "dict"
+    adopted = _adopt_model_observation(policies, overrides, preset)
     cfg = make_config(overrides, preset=preset)
 
     seeds = list(seeds)
@@ -605,6 +612,7 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
     _ENV_CACHE[json.dumps(_jsonable(cfg), sort_keys=True)] = probe  # the first backend's episodes reuse it
     name = env_name or (env if isinstance(env, str) else "custom")
     plan = EvalPlan(env_config=cfg, policies=[], backends=backends, seeds=seeds, env_name=name)
+    plan.notes += adopted
     for text in (list(policies) or ["all"]):
         if text.strip() == "all":
             names, skipped = hand_written_agents(spec)
@@ -627,6 +635,35 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
     _unique([p.label for p in plan.policies], "--policy",
             hint="name them apart with LABEL=, e.g. --policy fast=rbcsf:v=50 --policy fair=rbcsf:v=1")
     return plan
+
+
+#: env-config fields that set the size of a trained model's observation without changing the federation
+OBSERVATION_FIELDS = ("pca_components",)
+
+
+def _adopt_model_observation(policies: Sequence[str], overrides: Dict[str, Any], preset: Optional[str]) -> List[str]:
+    """Give the evaluation env the PCA size the saved models were trained with, unless the user set it.
+
+    The PCA coordinates are the env's side of a FAVOR model's input: a model trained with
+    ``pca_components: 5`` can only act in an env that projects onto 5 components. The hand-written agents
+    read the same Dict observation at any size. When every model agrees on a field the user did not set,
+    the evaluation env takes it (and says so in the notes); when they disagree, :func:`check_model_fits`
+    names the model that does not fit.
+    """
+    notes: List[str] = []
+    models = [parse_policy(t) for t in policies if t.strip() != "all"]
+    configs = [make_config(p.train_config or {}) for p in models if p.kind == "model"]
+    base = make_config({k: v for k, v in overrides.items() if k not in OBSERVATION_FIELDS}, preset=preset)
+    for key in OBSERVATION_FIELDS:
+        values = {json.dumps(c[key]) for c in configs}
+        if key in overrides or len(values) != 1:
+            continue
+        value = json.loads(values.pop())
+        if value != base[key]:
+            overrides[key] = value
+            notes.append(f"{key} = {value!r} in the evaluation env, as the saved model(s) were trained with "
+                         f"(set it with --env-kwargs {key}=... to override)")
+    return notes
 
 
 def _unique(labels: Sequence[str], what: str, hint: str = "") -> None:

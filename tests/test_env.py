@@ -281,3 +281,29 @@ def test_one_mode_step_is_ignored_outside_the_one_mode():
     score = np.arange(6, dtype=np.float32)
     assert a.step(score)[4]["accuracy"] == b.step(score)[4]["accuracy"]
     assert bool((a.federation.global_params == b.federation.global_params).all())
+
+
+def test_one_mode_step_counts_as_part_of_a_round():
+    """With one_mode_step 1/K a step is 1/K of a round: the budget, progress and round-based features follow."""
+    env = make(action_mode="one", system={"availability": 1.0}, one_mode_step="1/K")  # K = 2, budget 4 rounds
+    assert env.max_steps == 8
+    obs, _ = env.reset(seed=0)
+    f = FEATURE_INDEX
+    for t in range(1, 9):
+        obs, _, terminated, truncated, info = env.step(0 if t == 1 else 1)
+        assert obs["progress"][0] == pytest.approx(0.5 * t / 4)
+        assert truncated == (t == 8) and not terminated
+        if t == 1:
+            assert obs["clients"][0, f["participation_rate"]] == 1.0  # 1 participation in half a round (floor 1)
+        if t == 2:  # client 0 was picked one step (half a round) ago: still "last round"
+            assert obs["clients"][0, f["selected_last_round"]] == 1.0
+            assert obs["clients"][0, f["responded_last_round"]] == 1.0
+        if t == 3:  # two steps ago = a whole round ago
+            assert obs["clients"][0, f["selected_last_round"]] == 0.0
+            assert obs["clients"][0, f["rounds_since_selected"]] == pytest.approx(0.5 * 2 / 4)
+    assert info["round"] == 8
+
+
+def test_one_mode_step_one_keeps_the_papers_round():
+    env = make(action_mode="one")
+    assert env.server_step == 1.0 and env.max_steps == 4

@@ -335,3 +335,25 @@ def test_default_run_folders_are_numbered_so_the_same_command_reruns(tmp_path):
     assert (tmp_path / "tiny" / "config.json").exists() and (tmp_path / "tiny-2" / "config.json").exists()
     evaluate.main(args + ["--resume"])  # resumes the latest: nothing new to run, no third folder
     assert not (tmp_path / "tiny-3").exists()
+
+
+@pytest.fixture(scope="module")
+def trained_favor_d3(tmp_path_factory):
+    """A tiny FAVOR model whose state has 3 PCA components (the tiny preset's default is N + 1 = 9)."""
+    import train_agent
+
+    runs = tmp_path_factory.mktemp("train_d3")
+    return train_agent.main(["--algo", "favor", "--env", "tiny", "--n-timesteps", "20", "--runs-dir", str(runs),
+                             "--name", "favor_d3", "--eval-freq", "0", "--save-freq", "0", "--no-progress-bar",
+                             "--verbose", "0", "--hyperparams", "learning_starts=10", "buffer_size=100",
+                             "--env-kwargs", "pca_components=3"])
+
+
+def test_evaluation_env_takes_the_models_pca_size(trained_favor_d3):
+    """The PCA size is the env's side of the model's input: the evaluation adopts it and says so."""
+    plan = ev.make_plan(env="tiny", policies=["random", str(trained_favor_d3)], rounds=2)
+    assert plan.env_config["pca_components"] == 3
+    assert any("pca_components = 3" in n for n in plan.notes)
+    # a value the user sets wins, and a model that cannot act there is refused, naming the field
+    with pytest.raises(ValueError, match=r"d=4\).*pca_components"):
+        ev.make_plan(env="tiny", policies=[str(trained_favor_d3)], rounds=2, env_overrides={"pca_components": 4})
