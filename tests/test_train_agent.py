@@ -162,3 +162,20 @@ def test_command_line_reports_bad_arguments():
     assert out.returncode != 0
     assert "train_agent.py: error: unknown --algo 'sac'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("algo", ["favor", "dqn"])
+def test_default_preset_entries_train_as_documented(algo, tmp_path):
+    """configs/{favor,dqn}.yml's default-preset entries: one client a step counted as 1/K of a round, d = 5,
+    γ = 0.9 (docs/TRAINING.md); deployment runs ordinary FedAvg rounds at the same d."""
+    from agents.favor import deployment_config
+    from fedsel_env.env import FedSelectEnv
+
+    setup = train_agent.prepare(train_agent.parse_args(["--algo", algo, "--env", "default",
+                                                        "--runs-dir", str(tmp_path)]))
+    cfg = setup["env_config"]
+    assert cfg["action_mode"] == "one" and cfg["one_mode_step"] == "1/K" and cfg["pca_components"] == 5
+    assert setup["hp"]["gamma"] == 0.9
+    train_env, deployed = FedSelectEnv(config=cfg), FedSelectEnv(config=deployment_config(cfg))
+    assert train_env.server_step == 0.2 and train_env.max_steps == 5 * cfg["max_rounds"]
+    assert deployed.server_step == 1.0 and deployed.pca_components == 5
