@@ -14,7 +14,7 @@ of the way to it: the client's share of a K-client round). Uniform random select
 seeds for the paired comparison.
 
 Usage:  python bench/favor_oracle.py [--step 1/K|1] [--episodes 10] [--first-seed 1000]
-Results are printed and written to runs/bench/favor_oracle_<step>.json.
+Results are printed and written to runs/bench/favor_oracle_<preset>_<step>.json.
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     torch.set_num_threads(1)
     # the federation FAVOR trains and is evaluated on (configs/favor.yml: federation_seed 0)
     out = run(args.step, args.episodes, args.first_seed, {"preset": args.preset, "federation_seed": 0})
-    dest = ROOT / "runs" / "bench" / f"favor_oracle_{args.step.replace('/', '_')}.json"
+    dest = ROOT / "runs" / "bench" / f"favor_oracle_{args.preset}_{args.step.replace('/', '_')}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(out, indent=1))
     print(f"written {dest}")
