@@ -46,9 +46,10 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     # --- the selection problem (SPEC §2) -------------------------------------
     "clients_per_round": 5,       # K
     "action_mode": "topk",        # one | topk | subset
-    "one_mode_step": 1.0,         # `one` mode only: the global model moves this fraction of the way from w_t to
-                                  # the aggregate; 1 = the paper's; "1/K" = one client weighs what it weighs in a
-                                  # K-client FedAvg round (FAVOR's training, docs/TRAINING.md)
+    "one_mode_step": 1.0,         # `one` mode only: the fraction of a round a step stands for: the global model
+                                  # moves this fraction of the way from w_t to the aggregate, and the round clock
+                                  # and budget count the step as this fraction; 1 = the paper's; "1/K" = one
+                                  # client's share of a K-client FedAvg round (FAVOR's training, docs/TRAINING.md)
     "target_accuracy": 0.9,       # Ω: the episode terminates when the global accuracy reaches it
     "max_rounds": 60,             # round budget: truncated after it
     "reward": "favor",            # favor | accuracy_gain | time_penalised

@@ -17,7 +17,6 @@ Reward: by name (``fedsel_env.rewards``); FAVOR's Ξ^(acc−Ω) − 1 by default
 from __future__ import annotations
 
 import math
-
 from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym

@@ -391,9 +391,8 @@ def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
             ok = all(model.observation_space[k].shape == np.asarray(v).shape for k, v in obs.items())
         if not ok:
             train = make_config(p.train_config or {})
-            shaping = ("num_clients", "pca_components", "model", "dataset", "flat_parts")
-            differ = [f"{k}={train[k]!r} (here {env.config[k]!r})" for k in shaping
-                      if k != "flat_parts" and train[k] != env.config[k]]
+            shaping = ("num_clients", "pca_components", "model", "dataset")
+            differ = [f"{k}={train[k]!r} (here {env.config[k]!r})" for k in shaping if train[k] != env.config[k]]
             raise ValueError(f"model {p.source!r} expects observations {model.observation_space}, which this "
                              f"evaluation env does not give: it was trained with "
                              f"{', '.join(differ) or 'a different federation'}; evaluate it in an env with "
