@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .adversary import validate_adversary
 
@@ -156,6 +156,49 @@ def resolve_preset(preset: Union[str, Mapping[str, Any], None]) -> Dict[str, Any
     if preset in by_id:
         return copy.deepcopy(PRESETS[by_id[preset]])
     raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)} (env ids: {sorted(by_id)})")
+
+
+def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str], Dict[str, Any]]:
+    """An ``--env`` value → (preset name or None, the config overrides it carries): the one resolver.
+
+    ``train_agent.py``, ``evaluate.py`` and ``fedsel_eval`` all read ``--env`` here, by one rule:
+
+    - a preset name (``tiny``) or a registered env id (``fedsel/FedSelect-Tiny-v0``) → that preset;
+    - any other string is the path of a YAML env config (``DEFAULT_CONFIG``'s keys plus an optional
+      ``preset:``, itself a name or an id); a missing file is an error that says so;
+    - a mapping of config fields (an eval config's ``env:``) may name a ``preset`` the same way;
+    - ``None`` → the default preset.
+
+    :raises ValueError: for an unknown preset / env id or a missing or malformed YAML file, listing what fits.
+    """
+    if env is None:
+        return "default", {}
+    by_id = {v: k for k, v in ENV_IDS.items()}
+    if isinstance(env, Mapping):
+        overrides = dict(env)
+    elif not isinstance(env, str):
+        raise ValueError(f"env {env!r} is invalid: expected a preset name, an env id, a YAML path or a mapping")
+    elif env in PRESETS:
+        return env, {}
+    elif env in by_id:
+        return by_id[env], {}
+    elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
+        overrides = load_config(env)  # ValueError when missing
+    else:
+        raise ValueError(f"unknown env {env!r}: give a preset {sorted(PRESETS)}, an env id {sorted(by_id)}, "
+                         f"or the path of a YAML env config (a file ending in .yml / .yaml)")
+    preset = overrides.pop("preset", None)
+    if preset is not None:
+        if not isinstance(preset, str) or (preset not in PRESETS and preset not in by_id):
+            raise ValueError(f"unknown preset {preset!r} in env {env!r}; presets: {sorted(PRESETS)} "
+                             f"(env ids: {sorted(by_id)})")
+        preset = by_id.get(preset, preset)
+    return preset, overrides
+
+
+def env_id(preset: Optional[str]) -> str:
+    """The registered env id of a preset (``None`` → the default preset's)."""
+    return ENV_IDS.get(preset or "default", ENV_IDS["default"])
 
 
 def load_config(path: Union[str, Path]) -> Dict[str, Any]:
