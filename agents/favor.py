@@ -44,7 +44,7 @@ from gymnasium import spaces
 from stable_baselines3 import DQN
 from torch.nn import functional as F
 
-from fedsel_env.config import FLAT_PARTS
+from fedsel_env.server_view import flatten
 from fedsel_env.spec import SelectionSpec
 
 from . import AGENTS
@@ -158,24 +158,6 @@ class DoubleDQN(DQN):
 
 
 # -- deployment -------------------------------------------------------------
-def flatten_observation(obs: Mapping[str, np.ndarray], flat_parts: Sequence[str]) -> np.ndarray:
-    """The env's flat observation built from its Dict observation.
-
-    Concatenates ``obs[part]`` flattened, for each part in ``flat_parts`` in that order
-    (the same rule as the env's ``observation: flat``). Accepts one observation or a batch.
-
-    :return: float32 array of shape (D,) or (B, D).
-    """
-    bad = [p for p in flat_parts if p not in FLAT_PARTS]
-    if bad or not flat_parts:
-        raise ValueError(f"flat_parts = {list(flat_parts)!r} is invalid: expected parts from {list(FLAT_PARTS)}")
-    batched = np.asarray(obs["weights"]).ndim == 3
-    if batched:
-        b = np.asarray(obs["weights"]).shape[0]
-        return np.concatenate([np.asarray(obs[p], dtype=np.float32).reshape(b, -1) for p in flat_parts], axis=1)
-    return np.concatenate([np.asarray(obs[p], dtype=np.float32).reshape(-1) for p in flat_parts])
-
-
 def flat_size(spec: SelectionSpec, flat_parts: Sequence[str]) -> int:
     """Length of the flat observation with ``flat_parts`` for the problem ``spec``."""
     sizes = {"weights": (spec.num_clients + 1) * spec.pca_components,
@@ -287,7 +269,7 @@ class FavorAgent(SelectionAgent):
 
     def q_values(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
         """Q(s, ·) for one Dict observation, shape (N,)."""
-        flat = flatten_observation(obs, self.flat_parts)[None]
+        flat = flatten(obs, self.flat_parts)[None]  # the env's own flattening rule
         with th.no_grad():
             q = self.model.q_net(th.as_tensor(flat, device=self.model.device))
         return q[0].cpu().numpy().astype(np.float64)

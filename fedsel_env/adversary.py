@@ -129,6 +129,71 @@ def validate_adversary(adv: Dict[str, Any], num_clients: int) -> None:
 
 
 @dataclass
+class Arrivals:
+    """Whose update arrives in one round (arrays of client ids unless noted).
+
+    :param responders: the updates that arrived in time (aggregated, and heard from).
+    :param took_part: the clients that trained this round (warm next round): responders and late ones.
+    :param dropped: selected and available, but dropped out.
+    :param late: trained but missed the deadline.
+    :param exchange_times: τ of the responders (seconds), aligned with ``responders``.
+    :param round_time: the round's length (seconds).
+    """
+
+    responders: np.ndarray
+    took_part: np.ndarray
+    dropped: np.ndarray
+    late: np.ndarray
+    exchange_times: np.ndarray
+    round_time: float
+
+
+@dataclass
+class Upload:
+    """What the arriving clients send: reported losses and either local models or gradients (rows align).
+
+    :param losses: F_k(w_t) as reported (K',).
+    :param loss_rms: √(mean ℓ²) as reported (K',).
+    :param local_models: (K', P) or None (the backend asks for gradients).
+    :param gradients: (K', P) or None (the backend asks for models).
+    """
+
+    losses: np.ndarray
+    loss_rms: np.ndarray
+    local_models: Optional[torch.Tensor] = None
+    gradients: Optional[torch.Tensor] = None
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+class HonestClients:
+    """Every client honest and reliable: the federation's two hooks with nothing forged or lost.
+
+    :param num_clients: N.
+    """
+
+    def __init__(self, num_clients: int) -> None:
+        self.n = num_clients
+        self.is_attacker = np.zeros(num_clients, dtype=bool)
+        self.attackers = _NONE
+        self.stragglers = _NONE
+
+    def arrivals(self, candidates: np.ndarray, system) -> Arrivals:
+        """Hook 1 — whose update arrives: every selected and available client, after its exchange time.
+
+        :param candidates: the selected clients that are available this round.
+        :param system: the system model (``fedsel_env.system.SystemModel``) for the exchange times.
+        """
+        tau = system.exchange_times(candidates)
+        return Arrivals(candidates, candidates, _NONE, _NONE, tau, float(tau.max()) if tau.size else 0.0)
+
+    def messages(self, clients: np.ndarray, global_params: torch.Tensor, upload: Upload) -> Upload:
+        """Hook 2 — what the listed clients send, given what they honestly computed: that, unchanged."""
+        return upload
+
+
+@dataclass
 class RoundFate:
     """What befalls the clients in one round, drawn for all N of them.
 
@@ -140,8 +205,8 @@ class RoundFate:
     delay: np.ndarray
 
 
-class Adversary:
-    """The attackers and the unreliable clients of one episode.
+class Adversary(HonestClients):
+    """The attackers and the unreliable clients of one episode (the two hooks of :class:`HonestClients`).
 
     :param cfg: the validated ``adversary`` mapping.
     :param num_clients: N.
@@ -153,7 +218,7 @@ class Adversary:
 
     def __init__(self, cfg: Mapping[str, Any], num_clients: int, federation_seed: int, episode_seed: int,
                  model_size: int) -> None:
-        self.n = num_clients
+        super().__init__(num_clients)
         ids = np.asarray(cfg["attackers"], dtype=np.int64)
         if ids.size == 0:
             m = count_from_fraction(float(cfg["attacker_fraction"]), num_clients)
@@ -198,6 +263,26 @@ class Adversary:
             d = np.minimum(np.nan_to_num(d, nan=MAX_DELAY, posinf=MAX_DELAY), MAX_DELAY)
             delay[self.is_straggler] = d[self.is_straggler]
         return RoundFate(dropped=dropped, delay=delay)
+
+    # ------------------------------------------------------------------ the federation's hooks
+    def arrivals(self, candidates: np.ndarray, system) -> Arrivals:
+        """Drop-outs, straggler delays and the deadline decide whose update arrives (module docstring)."""
+        fate = self.draw_round()
+        gone = fate.dropped[candidates]
+        dropped, took_part = candidates[gone], candidates[~gone]
+        tau_all = system.exchange_times(took_part) + fate.delay[took_part]
+        on_time = tau_all <= self.deadline if self.deadline is not None else np.ones(took_part.size, bool)
+        late = took_part[~on_time]
+        round_time = self.deadline if late.size else (float(tau_all.max()) if tau_all.size else 0.0)
+        return Arrivals(took_part[on_time], took_part, dropped, late, tau_all[on_time], float(round_time))
+
+    def messages(self, clients: np.ndarray, global_params: torch.Tensor, upload: Upload) -> Upload:
+        """What the listed clients send: attackers' losses, models and gradients forged (module docstring)."""
+        losses, rms = self.report_losses(clients, upload.losses, upload.loss_rms)
+        local = None if upload.local_models is None else self.forge_models(clients, global_params,
+                                                                           upload.local_models)
+        grads = None if upload.gradients is None else self.forge_gradients(clients, upload.gradients)
+        return Upload(losses, rms, local, grads)
 
     # ------------------------------------------------------------------ forged messages
     def report_losses(self, clients: np.ndarray, losses: np.ndarray, rms: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

@@ -116,7 +116,6 @@ ENV_IDS: Dict[str, str] = {
 
 ACTION_MODES = ("one", "topk", "subset")
 OBSERVATION_KINDS = ("dict", "flat")
-FLAT_PARTS = ("weights", "clients", "progress")
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
@@ -283,10 +282,12 @@ def validate(cfg: Dict[str, Any]) -> None:
         _int(cfg, "pca_components", 1, cfg["num_clients"] + 1)
     if cfg["observation"] not in OBSERVATION_KINDS:
         _fail("observation", cfg["observation"], f"allowed: {list(OBSERVATION_KINDS)}")
+    from .server_view import OBSERVATION_PARTS  # the parts registry (a user may add one)
+
     parts = cfg["flat_parts"]
     if (not isinstance(parts, (list, tuple)) or not parts
-            or any(p not in FLAT_PARTS for p in parts) or len(set(parts)) != len(parts)):
-        _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {list(FLAT_PARTS)}")
+            or any(p not in OBSERVATION_PARTS for p in parts) or len(set(parts)) != len(parts)):
+        _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {sorted(OBSERVATION_PARTS)}")
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
     _int(cfg, "workers", 1, 64)

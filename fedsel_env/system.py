@@ -29,10 +29,12 @@ class SystemModel:
     :param cfg: the config's ``system`` mapping.
     :param num_clients: N.
     :param model_bytes: M, bytes sent per model exchange.
-    :param rng: generator for the hidden constants and every per-round draw.
+    :param rng: generator for the hidden constants (they belong to the federation).
+    :param draws: generator for every per-round draw (they belong to the episode); ``None``: ``rng``.
     """
 
-    def __init__(self, cfg: Dict[str, Any], num_clients: int, model_bytes: int, rng: np.random.Generator) -> None:
+    def __init__(self, cfg: Dict[str, Any], num_clients: int, model_bytes: int, rng: np.random.Generator,
+                 draws: Optional[np.random.Generator] = None) -> None:
         self.n = num_clients
         self.model_bytes = float(model_bytes)
         classes = np.asarray(cfg["classes"], dtype=np.float64)
@@ -44,7 +46,7 @@ class SystemModel:
         self.cpu_share = tuple(cfg["cpu_share"])
         self.bandwidth = tuple(cfg["bandwidth"])
         self.noise_std = float(cfg["noise_std"])
-        self.rng = rng
+        self.rng = rng if draws is None else draws
         self.clock = 0.0
         self.took_part_last = np.zeros(num_clients, dtype=bool)
         self.context = np.zeros((num_clients, 3))

@@ -6,7 +6,7 @@
 - ``fedsel_flower.client_app``: the ClientApp (trains the fedsel model on its partition and
   reports F_k(w_t), n_k and its timings); ``app`` for ``flwr run``.
 - ``fedsel_flower.server_app``: :func:`make_server_app` and ``app`` for ``flwr run``.
-- ``fedsel_flower.observation``: the server's view of the clients as the env's Dict observation.
+- the server's view of the clients is the env's own (``fedsel_env.server_view.ServerView``).
 
 docs/FLOWER.md shows a simulation, a deployment on real SuperNodes, and the benchmark against
 Flower's own simulation.
@@ -21,9 +21,8 @@ except ImportError as e:  # pragma: no cover - depends on the optional extra
 # Exports are imported on first use: a ClientApp process (a Ray actor, a SuperNode) then loads only
 # what the client needs, not the agents and stable-baselines3 the server's strategy imports.
 _EXPORTS = {
-    "FedSelectStrategy": "strategy", "draw_initial_arrays": "strategy", "ServerView": "observation",
-    "WeightPCA": "observation",
-    "observation_space": "observation", "ClientTask": "task", "fedsel_config": "task", "federated_data": "task",
+    "FedSelectStrategy": "strategy", "draw_initial_arrays": "strategy", "ContextEstimate": "strategy",
+    "ClientTask": "task", "fedsel_config": "task", "federated_data": "task",
     "initial_arrays_for": "server_app", "make_server_app": "server_app", "make_client_app": "client_app",
 }
 __all__ = sorted(_EXPORTS)

@@ -8,8 +8,9 @@ Non-IID Data with Reinforcement Learning", IEEE INFOCOM 2020; SPEC §2). Only tw
 change:
 
 - **who trains** (``configure_train``): instead of sampling nodes at random, the
-  strategy builds the Dict observation a fedsel agent was trained on
-  (:mod:`fedsel_flower.observation`, SPEC §2) from the clients' reports, asks the
+  strategy builds the Dict observation a fedsel agent was trained on with the env's own
+  server view (:class:`fedsel_env.server_view.ServerView`, SPEC §2) from the clients' reports
+  and its own contexts' estimates (:class:`ContextEstimate`), asks the
   agent (``predict``: any hand-written agent of ``agents`` or a trained FAVOR model)
   and decodes its action with the env's action mode (``fedsel_env.actions``): the
   chosen clients' SuperNodes — and only they — get the ``train`` message;
@@ -44,16 +45,49 @@ from flwr.supercore import log
 import agents
 from fedsel_env.actions import ACTION_MODES
 from fedsel_env.aggregators import Aggregator, ClientUpdates, make_aggregator
+from fedsel_env.federation import Evaluation, RoundOpening, RoundReport
 from fedsel_env.models import init_params
+from fedsel_env.server_view import ServerView
 from fedsel_env.spec import SelectionSpec
 from fedsel_env.training import ParamLayout
 
-from .observation import ServerView, WeightPCA
 from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KEY, NUM_EXAMPLES_KEY,
                    PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, build_model, config_to_json,
                    fedsel_config, flat_of, state_dict_of)
 
 AgentFactory = Callable[[SelectionSpec], Any]
+
+
+class ContextEstimate:
+    """RBCS-F's contexts c_{t,n} as a real server can estimate them from each client's last exchange.
+
+    The simulator draws the contexts from RBCS-F's system model; a Flower server only has its
+    clock: ``ctx_cpu`` — the client's last local-computation seconds per sample and epoch over the
+    median of all clients' (≈ 1/μ: 1 at the median speed, 2 when twice as slow); ``ctx_cold`` — 1
+    when the client did not train in the last round; ``ctx_comm`` — the part of its last exchange
+    time τ (the reply's creation time minus the instruction's) it did not spend computing (≈ M/B).
+
+    :param compute: seconds per sample and epoch of the profiling round (N,).
+    :param transfer: τ minus the client's handle time in the profiling round (N,).
+    """
+
+    def __init__(self, compute: np.ndarray, transfer: np.ndarray) -> None:
+        self.compute = np.asarray(compute, dtype=np.float64).copy()
+        self.transfer = np.asarray(transfer, dtype=np.float64).copy()
+        self.took_part = np.ones(self.compute.size, dtype=bool)  # everyone trained in the profiling round
+
+    def update(self, clients: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> None:
+        """The clients that trained this round and their new timings."""
+        self.took_part[:] = False
+        self.took_part[clients] = True
+        self.compute[clients], self.transfer[clients] = compute, transfer
+
+    def context(self) -> np.ndarray:
+        """(N, 3): [ctx_cpu, ctx_cold, ctx_comm]."""
+        positive = self.compute > 0
+        med = float(np.median(self.compute[positive])) if positive.any() else 0.0
+        cpu = self.compute / med if med > 0 else np.ones_like(self.compute)
+        return np.stack([cpu, (~self.took_part).astype(np.float64), self.transfer], axis=1)
 
 
 def draw_initial_arrays(config: Mapping[str, Any], input_shape: tuple, num_classes: int, seed: int) -> ArrayRecord:
@@ -129,6 +163,7 @@ class FedSelectStrategy(FedAvg):
         self.node_of: Dict[int, int] = {}      # client index -> node id
         self.client_of: Dict[int, int] = {}    # node id -> client index
         self.view: Optional[ServerView] = None
+        self.contexts: Optional[ContextEstimate] = None
         self.selection_spec: Optional[SelectionSpec] = None
         self.agent: Any = None
         #: One entry per round: the agent's observation, its choice, who was sent and who trained.
@@ -193,6 +228,15 @@ class FedSelectStrategy(FedAvg):
         out["flats"] = torch.stack(flats)[torch.as_tensor(order)] if flats else torch.zeros(0, self.layout.size)
         return out
 
+    @staticmethod
+    def _report(round_index: int, selected: np.ndarray, st: Dict[str, Any], global_params: torch.Tensor,
+                evaluation: Optional[Evaluation] = None) -> RoundReport:
+        """The replies of one round as the simulator's ``RoundReport`` (what the server view records)."""
+        tau = st["tau"]
+        return RoundReport(round_index, np.asarray(selected, dtype=np.int64), st["clients"], st["flats"], st["loss"],
+                           st["rms"], st["n_k"].astype(np.int64), tau, float(tau.max()) if tau.size else 0.0,
+                           0.0, global_params, evaluation=evaluation)
+
     # --------------------------------------------------------------- profiling
     def profile(self, grid: Grid, initial_arrays: ArrayRecord, timeout: Optional[float] = None) -> None:
         """FAVOR's profiling round: every client trains one epoch from w_0; fit the PCA; build the agent.
@@ -233,14 +277,13 @@ class FedSelectStrategy(FedAvg):
             self.node_of[c], self.client_of[r.metadata.src_node_id] = r.metadata.src_node_id, c
         self._pending = {"epochs": 1}
         st = self._reply_stats(replies)
-        stacked = torch.cat([self.global_params.unsqueeze(0), st["flats"]]).numpy()
-        pca = WeightPCA(stacked, self.pca_components, self.pca_seed)
-        rows = pca.project(torch.from_numpy(stacked))
         metrics = [next(iter(r.content.metric_records.values())) for r in replies]
         tests = np.array([float(m["test-examples"]) for m in metrics])
         acc0 = float(np.sum([float(m["test-accuracy"]) * t for m, t in zip(metrics, tests)]) / max(tests.sum(), 1))
-        self.view = ServerView(self.config, st["n_k"].astype(np.int64), pca, rows[0], rows[1:], st["loss"],
-                               st["rms"], st["compute"], st["tau"], st["transfer"], self.layout.size, acc0)
+        self.view = ServerView(self.config, st["n_k"].astype(np.int64), self.layout.size, self.pca_components)
+        self.view.start(self._report(0, st["clients"], st, self.global_params,
+                                     Evaluation(acc0, float("nan"), np.zeros(n))), pca_seed=self.pca_seed)
+        self.contexts = ContextEstimate(st["compute"], st["transfer"])
         self.selection_spec = SelectionSpec(num_clients=n, clients_per_round=self.k,
                                             action_mode=self.config["action_mode"],
                                             num_samples=st["n_k"].astype(np.int64),
@@ -278,7 +321,8 @@ class FedSelectStrategy(FedAvg):
         if self.view is None:
             raise RuntimeError("FedSelectStrategy.configure_train before the profiling round: call start()")
         available = self._available(grid)
-        obs = self.view.observe(available)
+        self.view.open_round(RoundOpening(available, self.contexts.context()))
+        obs = self.view.observe()
         action, _ = self.agent.predict(obs, deterministic=True)
         selected = self.action_mode.decode(action, available)
         self.global_params = flat_of(self.layout, arrays.to_torch_state_dict())
@@ -302,8 +346,10 @@ class FedSelectStrategy(FedAvg):
         selected = self._pending.get("selected", np.zeros(0, np.int64))
         w_t = self.global_params
         if not valid:
-            self.view.record_round(selected, np.zeros(0, np.int64), np.zeros(0), np.zeros(0), None,
-                                   self.view.pca.project(w_t), np.zeros(0), np.zeros(0), np.zeros(0))
+            nobody = np.zeros(0, np.int64)
+            self.view.record(RoundReport(server_round, selected, nobody, None, np.zeros(0), np.zeros(0), nobody,
+                                         np.zeros(0), 0.0, 0.0, w_t))
+            self.contexts.update(nobody, np.zeros(0), np.zeros(0))
             self.history[-1]["global_params"] = w_t.clone()
             return None, None
         st = self._reply_stats(valid)
@@ -317,11 +363,10 @@ class FedSelectStrategy(FedAvg):
         diverged = not bool(torch.isfinite(w_next).all())
         if diverged:
             w_next = w_t
-        local_rows = None
-        if not full_gradient and bool(torch.isfinite(st["flats"]).all()):
-            local_rows = np.nan_to_num(self.view.pca.project(st["flats"]), nan=0.0, posinf=0.0, neginf=0.0)
-        self.view.record_round(selected, st["clients"], st["loss"], st["rms"], local_rows,
-                               self.view.pca.project(w_next), st["tau"], st["compute"], st["transfer"])
+        report = self._report(server_round, selected, st, w_next)
+        report.local_models = None if full_gradient else st["flats"]  # gradients say nothing of the weight space
+        self.view.record(report)
+        self.contexts.update(st["clients"], st["compute"], st["transfer"])
         self.global_params = w_next
         self.history[-1]["trained"] = st["clients"].copy()
         self.history[-1]["diverged"] = diverged

@@ -12,7 +12,8 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import agents
-from agents.favor import (DoubleDQN, FavorAgent, double_dqn_target, flat_size, flatten_observation)
+from agents.favor import DoubleDQN, FavorAgent, double_dqn_target, flat_size
+from fedsel_env.server_view import flatten as flatten_observation
 from fedsel_env.spec import CLIENT_FEATURES, SelectionSpec
 
 th.set_num_threads(1)

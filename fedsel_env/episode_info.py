@@ -1,0 +1,87 @@
+"""The env's ``info`` dicts (docs/ENVIRONMENT.md lists every key): an episode's running tallies.
+
+``info`` is for evaluation, not for agents: besides what the server knows (the view's records)
+it names the simulator's truth — the attackers, the stragglers, the honest clients' accuracy.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+
+from . import metrics
+
+
+class EpisodeTally:
+    """Counts over one episode: updates, divergence, attackers picked and heard, drop-outs, late arrivals.
+
+    :param adversary: the federation's clients (``fedsel_env.adversary.HonestClients`` or ``Adversary``).
+    :param profiling_time: the profiling round's length (seconds; not on the clock).
+    :param profiling_diverged: profiling-round models that were not finite.
+    """
+
+    def __init__(self, adversary, profiling_time: float, profiling_diverged: int) -> None:
+        self.adversary = adversary
+        self.is_attacker = np.asarray(adversary.is_attacker, dtype=bool)
+        self.profiling_time, self.profiling_diverged = float(profiling_time), int(profiling_diverged)
+        self.steps = self.updates_sent = self.attacker_rounds = self.attacker_responses = 0
+        self.dropouts = self.late = 0
+        self.diverged = False
+
+    def record(self, report) -> None:
+        """Fold one step's ``RoundReport`` into the counts."""
+        self.steps += 1
+        self.updates_sent += int(report.responders.size)
+        self.attacker_rounds += int(self.is_attacker[report.selected].any())
+        self.attacker_responses += int(self.is_attacker[report.responders].sum())
+        self.dropouts += int(report.dropped.size)
+        self.late += int(report.late.size)
+        self.diverged = self.diverged or bool(report.diverged)
+
+    def honest_accuracy(self, client_accuracies: np.ndarray) -> float:
+        """Mean test accuracy over the honest clients (every client when there are no attackers)."""
+        return float(np.mean(client_accuracies[~self.is_attacker]))
+
+    def reset_info(self, view, model_size: int) -> Dict[str, Any]:
+        """``info`` of ``reset``."""
+        return {"accuracy": view.accuracy, "loss": view.loss_global, "round": 0,
+                "profiling_time": self.profiling_time, "clock": 0.0,
+                "client_accuracies": view.client_accuracies.copy(), "num_samples": view.num_samples.copy(),
+                "model_size": model_size, "attackers": self.adversary.attackers.copy(),
+                "stragglers": self.adversary.stragglers.copy(),
+                "honest_acc_mean": self.honest_accuracy(view.client_accuracies),
+                "profiling_diverged": self.profiling_diverged}
+
+    def step_info(self, report, view, terminated: bool) -> Dict[str, Any]:
+        """``info`` of ``step``."""
+        acc = view.client_accuracies
+        info: Dict[str, Any] = {
+            "round": self.steps,
+            "accuracy": view.accuracy,
+            "loss": view.loss_global,
+            "evaluated": report.evaluation is not None,
+            "client_accuracies": acc.copy(),
+            "selected": report.selected.copy(),
+            "responders": report.responders.copy(),
+            "round_time": report.round_time,
+            "clock": report.clock,
+            "profiling_time": self.profiling_time,
+            "participation": view.participation.copy(),
+            "improved_fraction": report.improved_fraction,
+            "updates_sent": self.updates_sent,
+            "diverged": self.diverged,
+            "is_success": terminated,
+            # robustness (fedsel_env/adversary.py, docs/ROBUSTNESS.md)
+            "attackers": np.flatnonzero(self.is_attacker),
+            "attacker_selected": bool(self.is_attacker[report.selected].any()),
+            "attacker_selected_rate": self.attacker_rounds / self.steps,
+            "attacker_response_share": self.attacker_responses / max(self.updates_sent, 1),
+            "honest_acc_mean": self.honest_accuracy(acc),
+            "dropped": report.dropped.copy(),
+            "late": report.late.copy(),
+            "dropouts": self.dropouts,
+            "late_arrivals": self.late,
+        }
+        info.update(metrics.client_accuracy_summary(acc))
+        info.update(metrics.participation_summary(view.participation, self.steps))
+        return info
