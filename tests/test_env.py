@@ -5,29 +5,20 @@ import pytest
 
 import agents
 import fedsel_env
-from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX
-
-TINY = {"num_clients": 6, "clients_per_round": 2, "max_rounds": 4, "model": "logreg",
-        "samples_per_client": 30, "target_accuracy": 0.99}
-
-
-def make(**over):
-    return FedSelectEnv(config={**TINY, **over})
-
 
 @pytest.mark.parametrize("mode", ["one", "topk", "subset"])
 @pytest.mark.parametrize("observation", ["dict", "flat"])
-def test_gymnasium_and_sb3_checkers(mode, observation):
+def test_gymnasium_and_sb3_checkers(mode, observation, make_env):
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
-    env = make(action_mode=mode, observation=observation, flat_parts=["weights", "clients", "progress"])
+    env = make_env(action_mode=mode, observation=observation, flat_parts=["weights", "clients", "progress"])
     gym_check(env, skip_render_check=True)
-    sb3_check(make(action_mode=mode, observation=observation), warn=False)
+    sb3_check(make_env(action_mode=mode, observation=observation), warn=False)
 
 
-def test_registered_ids_and_presets():
+def test_registered_ids_and_presets(tiny_config):
     for env_id in fedsel_env.ENV_IDS.values():
         assert env_id in gym.registry
     env = gym.make("fedsel/FedSelect-Tiny-v0", config={"max_rounds": 2})
@@ -36,6 +27,9 @@ def test_registered_ids_and_presets():
     assert obs["clients"].shape == (8, len(CLIENT_FEATURES))
     assert obs["weights"].shape == (9, 9)  # d = min(100, N + 1)
     assert env.unwrapped.config["max_rounds"] == 2
+    # the id builds the tiny preset, with the caller's overrides on top
+    assert {k: env.unwrapped.config[k] for k in tiny_config} == {**tiny_config, "max_rounds": 2}
+    env.close()
 
 
 def _rollout(env, seed, actions):
@@ -51,18 +45,18 @@ def _rollout(env, seed, actions):
     return traj, infos
 
 
-def test_same_seed_same_trajectory_bit_for_bit():
+def test_same_seed_same_trajectory_bit_for_bit(make_env):
     actions = [np.arange(6, dtype=np.float32) * s for s in (1, -1, 1, -1)]
-    t1, i1 = _rollout(make(), 3, actions)
-    t2, i2 = _rollout(make(), 3, actions)
+    t1, i1 = _rollout(make_env(), 3, actions)
+    t2, i2 = _rollout(make_env(), 3, actions)
     assert i1 == i2
     for a, b in zip(t1, t2):
         for k in a:
             np.testing.assert_array_equal(a[k], b[k])
 
 
-def test_different_seed_different_partition():
-    e = make(partition="dirichlet", partition_params={"alpha": 0.3}, quantity_skew=0.5)
+def test_different_seed_different_partition(make_env):
+    e = make_env(partition="dirichlet", partition_params={"alpha": 0.3}, quantity_skew=0.5)
     e.reset(seed=0)
     n0 = e.selection_spec.num_samples.copy()
     y0 = e.federation.data.y_train.clone()
@@ -70,8 +64,8 @@ def test_different_seed_different_partition():
     assert not (np.array_equal(n0, e.selection_spec.num_samples) and bool((y0 == e.federation.data.y_train).all()))
 
 
-def test_federation_seed_fixes_partition_across_episodes():
-    e = make(federation_seed=5, partition="dirichlet", partition_params={"alpha": 0.3})
+def test_federation_seed_fixes_partition_across_episodes(make_env):
+    e = make_env(federation_seed=5, partition="dirichlet", partition_params={"alpha": 0.3})
     e.reset(seed=0)
     y0 = e.federation.data.y_train.clone()
     w0 = e.federation.global_params.clone()
@@ -87,8 +81,8 @@ def test_federation_seed_fixes_partition_across_episodes():
     ("subset", np.zeros(6, dtype=np.int8), "between 1 and K"), ("subset", np.ones(6, dtype=np.int8), "between 1"),
     ("subset", np.array([2, 0, 0, 0, 0, 0]), "only 0 and 1"), ("subset", np.zeros(7), "shape"),
 ])
-def test_invalid_actions_raise_and_change_nothing(mode, bad, match):
-    env = make(action_mode=mode)
+def test_invalid_actions_raise_and_change_nothing(mode, bad, match, make_env):
+    env = make_env(action_mode=mode)
     obs, _ = env.reset(seed=0)
     params = env.federation.global_params.clone()
     clock = env.federation.system.clock
@@ -99,14 +93,14 @@ def test_invalid_actions_raise_and_change_nothing(mode, bad, match):
     # the env still works after a rejected action, exactly as if it had not happened
     good = {"one": 0, "topk": np.ones(6, np.float32), "subset": np.array([1, 0, 0, 0, 0, 0], np.int8)}[mode]
     _, _, _, _, info = env.step(good)
-    ref = make(action_mode=mode)
+    ref = make_env(action_mode=mode)
     ref.reset(seed=0)
     _, _, _, _, info_ref = ref.step(good)
     assert info["accuracy"] == info_ref["accuracy"]
 
 
-def test_unavailable_clients_do_not_report():
-    env = make(action_mode="subset", clients_per_round=6, system={"availability": 0.5}, max_rounds=10)
+def test_unavailable_clients_do_not_report(make_env):
+    env = make_env(action_mode="subset", clients_per_round=6, system={"availability": 0.5}, max_rounds=10)
     obs, _ = env.reset(seed=1)
     seen_dropout = False
     for _ in range(10):
@@ -120,8 +114,8 @@ def test_unavailable_clients_do_not_report():
     assert seen_dropout
 
 
-def test_round_with_no_responder_leaves_model_unchanged():
-    env = make(action_mode="one", system={"availability": 0.3})
+def test_round_with_no_responder_leaves_model_unchanged(make_env):
+    env = make_env(action_mode="one", system={"availability": 0.3})
     obs, _ = env.reset(seed=0)
     for _ in range(4):
         unavailable = np.flatnonzero(~env.action_masks())
@@ -134,8 +128,8 @@ def test_round_with_no_responder_leaves_model_unchanged():
     assert bool((env.federation.global_params == before).all())
 
 
-def test_topk_takes_highest_scoring_available():
-    env = make(action_mode="topk", clients_per_round=3, system={"availability": 0.7})
+def test_topk_takes_highest_scoring_available(make_env):
+    env = make_env(action_mode="topk", clients_per_round=3, system={"availability": 0.7})
     env.reset(seed=2)
     avail = np.flatnonzero(env.action_masks())
     scores = np.arange(6, dtype=np.float32)
@@ -143,8 +137,8 @@ def test_topk_takes_highest_scoring_available():
     assert sorted(info["selected"]) == sorted(avail[np.argsort(-scores[avail])][:3])
 
 
-def test_reward_termination_and_info():
-    env = make(target_accuracy=0.2, max_rounds=30, clients_per_round=6, action_mode="topk")
+def test_reward_termination_and_info(make_env):
+    env = make_env(target_accuracy=0.2, max_rounds=30, clients_per_round=6, action_mode="topk")
     env.reset(seed=0)
     for _ in range(30):
         obs, r, term, trunc, info = env.step(np.ones(6, np.float32))
@@ -159,15 +153,15 @@ def test_reward_termination_and_info():
     assert info["client_accuracies"].shape == (6,)
 
 
-def test_truncated_at_budget():
-    env = make(max_rounds=3)
+def test_truncated_at_budget(make_env):
+    env = make_env(max_rounds=3)
     env.reset(seed=0)
     flags = [env.step(np.ones(6, np.float32))[3] for _ in range(3)]
     assert flags == [False, False, True]
 
 
-def test_divergence_ends_episode_with_finite_observation():
-    env = make(lr=1e35, max_rounds=20)
+def test_divergence_ends_episode_with_finite_observation(make_env):
+    env = make_env(lr=1e35, max_rounds=20)
     obs, _ = env.reset(seed=0)
     for _ in range(20):
         obs, r, term, trunc, info = env.step(np.ones(6, np.float32))
@@ -179,8 +173,8 @@ def test_divergence_ends_episode_with_finite_observation():
     assert trunc and info["diverged"]
 
 
-def test_context_and_cold_start_flag():
-    env = make(action_mode="subset", clients_per_round=2, system={"availability": 1.0})
+def test_context_and_cold_start_flag(make_env):
+    env = make_env(action_mode="subset", clients_per_round=2, system={"availability": 1.0})
     obs, _ = env.reset(seed=0)
     cold = obs["clients"][:, FEATURE_INDEX["ctx_cold"]]
     assert np.all(cold == 0)  # everyone took part in the profiling round
@@ -193,8 +187,8 @@ def test_context_and_cold_start_flag():
     assert np.all((comm >= m / bw_hi) & (comm <= m / bw_lo))
 
 
-def test_exchange_time_follows_context():
-    env = make(action_mode="subset", system={"availability": 1.0, "noise_std": 0.0})
+def test_exchange_time_follows_context(make_env):
+    env = make_env(action_mode="subset", system={"availability": 1.0, "noise_std": 0.0})
     obs, _ = env.reset(seed=0)
     ctx = obs["clients"][:, [FEATURE_INDEX[c] for c in ("ctx_cpu", "ctx_cold", "ctx_comm")]].astype(np.float64)
     _, _, _, _, info = env.step(np.array([1, 1, 0, 0, 0, 0], np.int8))
@@ -215,9 +209,9 @@ def test_exchange_time_follows_context():
     ("dataset_params", {"colour": 1}, "colour"),
     ("one_mode_step", 0, "one_mode_step"), ("one_mode_step", 1.5, "1/K"), ("one_mode_step", "1/N", "1/K"),
 ])
-def test_bad_config_values_raise_value_error(field, value, match):
+def test_bad_config_values_raise_value_error(field, value, match, make_env):
     with pytest.raises(ValueError, match=match):
-        make(**{field: value})
+        make_env(**{field: value})
 
 
 def test_random_agent_drives_the_env():
@@ -233,10 +227,10 @@ def test_random_agent_drives_the_env():
     assert info["round"] >= 1
 
 
-def test_track_improvement_off_skips_the_metric_not_the_training():
+def test_track_improvement_off_skips_the_metric_not_the_training(make_env):
     runs = {}
     for track in (True, False):
-        env = make(track_improvement=track, action_mode="topk")
+        env = make_env(track_improvement=track, action_mode="topk")
         env.reset(seed=4)
         runs[track] = [env.step(np.arange(6, dtype=np.float32) * (-1) ** t)[4] for t in range(3)]
     assert [i["accuracy"] for i in runs[True]] == [i["accuracy"] for i in runs[False]]
@@ -244,8 +238,8 @@ def test_track_improvement_off_skips_the_metric_not_the_training():
     assert all(np.isnan(i["improved_fraction"]) for i in runs[False])
 
 
-def test_reported_losses_are_the_global_models_loss_before_training():
-    env = make(action_mode="subset", system={"availability": 1.0})
+def test_reported_losses_are_the_global_models_loss_before_training(make_env):
+    env = make_env(action_mode="subset", system={"availability": 1.0})
     env.reset(seed=0)
     for mask in ([1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 0, 0]):  # client 1 twice: its loss comes from the cache
         w_t = env.federation.global_params.clone()
@@ -256,9 +250,9 @@ def test_reported_losses_are_the_global_models_loss_before_training():
 
 
 @pytest.mark.parametrize("step,expect", [(0.25, 0.25), ("1/K", 0.5)])
-def test_one_mode_step_moves_part_of_the_way(step, expect):
+def test_one_mode_step_moves_part_of_the_way(step, expect, make_env):
     """one_mode_step s: w_{t+1} = w_t + s (w_k − w_t) in the `one` mode, the same local training as s = 1."""
-    full, part = make(action_mode="one", system={"availability": 1.0}), make(
+    full, part = make_env(action_mode="one", system={"availability": 1.0}), make_env(
         action_mode="one", system={"availability": 1.0}, one_mode_step=step)
     assert part.server_step == expect
     for env in (full, part):
@@ -272,9 +266,9 @@ def test_one_mode_step_moves_part_of_the_way(step, expect):
                                rtol=1e-5, atol=1e-7)
 
 
-def test_one_mode_step_is_ignored_outside_the_one_mode():
+def test_one_mode_step_is_ignored_outside_the_one_mode(make_env):
     """The deployed (`topk`) env of a FAVOR model trained with one_mode_step runs plain FedAvg rounds."""
-    a, b = make(), make(one_mode_step="1/K")
+    a, b = make_env(), make_env(one_mode_step="1/K")
     assert b.server_step == 1.0
     a.reset(seed=1)
     b.reset(seed=1)
@@ -283,9 +277,9 @@ def test_one_mode_step_is_ignored_outside_the_one_mode():
     assert bool((a.federation.global_params == b.federation.global_params).all())
 
 
-def test_one_mode_step_counts_as_part_of_a_round():
+def test_one_mode_step_counts_as_part_of_a_round(make_env):
     """With one_mode_step 1/K a step is 1/K of a round: the budget, progress and round-based features follow."""
-    env = make(action_mode="one", system={"availability": 1.0}, one_mode_step="1/K")  # K = 2, budget 4 rounds
+    env = make_env(action_mode="one", system={"availability": 1.0}, one_mode_step="1/K")  # K = 2, budget 4 rounds
     assert env.max_steps == 8
     obs, _ = env.reset(seed=0)
     f = FEATURE_INDEX
@@ -304,6 +298,6 @@ def test_one_mode_step_counts_as_part_of_a_round():
     assert info["round"] == 8
 
 
-def test_one_mode_step_one_keeps_the_papers_round():
-    env = make(action_mode="one")
+def test_one_mode_step_one_keeps_the_papers_round(make_env):
+    env = make_env(action_mode="one")
     assert env.server_step == 1.0 and env.max_steps == 4

@@ -13,16 +13,17 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedsel_env.config import DEFAULT_CONFIG
 from fedsel_env.env import FedSelectEnv
 
+from conftest import SMALL
+
 torch.set_num_threads(1)
 
-TINY = {"num_clients": 6, "clients_per_round": 2, "max_rounds": 3, "model": "logreg",
-        "samples_per_client": 30, "target_accuracy": 0.99}
+BASE = {**SMALL, "max_rounds": 3}  # conftest's 6-client federation, a 3-round episode per example
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -131,30 +132,60 @@ def play(env: FedSelectEnv, actions) -> None:
             assert finite_observation(obs)
 
 
-@FUZZ
-# regressions the fuzzing found: a batch of 10^12 rows, an exploding learning rate in the profiling round,
-# non-finite learning rates and losses, q-FedAvg with a huge q, heavy straggler tails past the deadline
-@example({"batch_size": 10**12}, 0)
-@example({"lr": 1e300}, 0)
-@example({"lr": math.inf}, 0)
-@example({"aggregator": "qfedavg", "aggregator_params": {"q": 1e300}}, 0)
-@example({"adversary": {"straggler_fraction": 1.0, "straggler_shape": 1e-3, "deadline": 1e300}}, 0)
-@example({"adversary": {"attackers": [0], "loss_scale": 1e300, "update_scale": 1e300}, "aggregator": "qfedavg"}, 0)
-@given(st.lists(st.sampled_from(sorted(FIELD_VALUES)), max_size=3, unique=True).flatmap(
-    lambda keys: st.fixed_dictionaries({k: FIELD_VALUES[k] for k in keys})), st.integers(0, 2**31 - 1))
-def test_any_config_works_or_raises_value_error(overrides, seed):
-    config = {**TINY, **overrides}
+def names_a_field(message: str, fields) -> bool:
+    """Whether an error message names one of ``fields`` (a ``*_params`` field may be named by its stem:
+    "unknown aggregator parameter(s) ...")."""
+    return any(f in message or (f.endswith("_params") and f[:-len("_params")] in message) for f in fields)
+
+
+def builds_and_plays(overrides, seed) -> bool:
+    """Build the env from ``BASE`` + ``overrides`` and play a whole episode and a step past it: True; or False
+    when the config is rejected. ``BASE`` alone is valid, so a rejection must be a ValueError whose message
+    names one of the overridden fields; any other exception fails."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # solvers and overflow warnings are fine; exceptions are not
         try:
-            env = FedSelectEnv(config=config)
+            env = FedSelectEnv(config={**BASE, **overrides})
         except ValueError as e:
-            assert str(e)
-            return
+            assert names_a_field(str(e), overrides), f"{overrides!r} rejected by a message naming none of them: {e}"
+            return False
         obs, info = env.reset(seed=seed)
         assert finite_observation(obs)
         assert env.observation_space.contains(obs)
         play(env, [env.action_space.sample() for _ in range(env.config["max_rounds"] + 1)])
+        return True
+
+
+# regressions the fuzzing found: a batch of 10^12 rows, an exploding learning rate in the profiling round,
+# non-finite learning rates and losses, q-FedAvg with a huge q, heavy straggler tails past the deadline
+@pytest.mark.parametrize("overrides, builds", [
+    ({"batch_size": 10**12}, True),
+    ({"lr": 1e300}, True),
+    ({"lr": math.inf}, False),
+    ({"aggregator": "qfedavg", "aggregator_params": {"q": 1e300}}, True),
+    ({"adversary": {"straggler_fraction": 1.0, "straggler_shape": 1e-3, "deadline": 1e300}}, True),
+    ({"adversary": {"attackers": [0], "loss_scale": 1e300, "update_scale": 1e300}, "aggregator": "qfedavg"}, True),
+])
+def test_configs_the_fuzzing_found(overrides, builds):
+    assert builds_and_plays(overrides, 0) is builds
+
+
+def test_any_config_works_or_raises_value_error():
+    """Any config builds and plays, or is rejected with a ValueError naming a field it sets; and the fuzzing
+    checks something: a fair share of the drawn configs build and play, and a fair share are rejected."""
+    outcomes = []
+
+    @FUZZ
+    @given(st.lists(st.sampled_from(sorted(FIELD_VALUES)), max_size=3, unique=True).flatmap(
+        lambda keys: st.fixed_dictionaries({k: FIELD_VALUES[k] for k in keys})), st.integers(0, 2**31 - 1))
+    def check(overrides, seed):
+        outcomes.append(builds_and_plays(overrides, seed))
+
+    check()
+    built, total = sum(outcomes), len(outcomes)
+    assert total >= 20, f"hypothesis drew only {total} configs"
+    assert built >= total // 5, f"only {built} of {total} fuzzed configs built and played"
+    assert total - built >= total // 5, f"only {total - built} of {total} fuzzed configs were rejected"
 
 
 # ------------------------------------------------------------------------------------------- actions
@@ -183,14 +214,14 @@ def tiny_env(mode: str, aggregator: str, adversary: bool) -> FedSelectEnv:
     if key not in ENV_CACHE:
         adv = {"attackers": [0, 3], "loss_scale": 1e6, "update_scale": -50.0, "dropout": 0.3,
                "straggler_fraction": 0.5, "deadline": 6.0} if adversary else {}
-        ENV_CACHE[key] = FedSelectEnv(config={**TINY, "action_mode": mode, "aggregator": aggregator,
+        ENV_CACHE[key] = FedSelectEnv(config={**BASE, "action_mode": mode, "aggregator": aggregator,
                                               "max_rounds": 4, "adversary": adv})
     return ENV_CACHE[key]
 
 
 @FUZZ
 @given(st.sampled_from(["one", "topk", "subset"]), st.sampled_from(["fedavg", "qfedavg", "fedmgda+", "qfedsgd"]),
-       st.booleans(), st.integers(0, 1000), st.lists(hostile_actions(TINY["num_clients"]), min_size=1, max_size=8))
+       st.booleans(), st.integers(0, 1000), st.lists(hostile_actions(BASE["num_clients"]), min_size=1, max_size=8))
 def test_any_action_sequence_works_or_is_rejected_without_side_effects(mode, aggregator, adversary, seed, actions):
     env = tiny_env(mode, aggregator, adversary)
     with warnings.catch_warnings():
@@ -204,12 +235,14 @@ def test_any_action_sequence_works_or_is_rejected_without_side_effects(mode, agg
 @given(st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True), st.text(max_size=3), st.booleans(),
                  st.just([1, 2]), st.just(np.int64(3)), st.just(np.float32(2.0))))
 def test_reset_seed_works_or_raises_value_error(seed):
+    """An integer >= 0 (Python or numpy, not a bool) seeds the episode; anything else is a ValueError naming it."""
     env = tiny_env("topk", "fedavg", False)
-    try:
-        obs, _ = env.reset(seed=seed)
-    except ValueError as e:
-        assert "seed" in str(e)
+    valid = isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)) and seed >= 0
+    if not valid:
+        with pytest.raises(ValueError, match="seed"):
+            env.reset(seed=seed)
         return
+    obs, _ = env.reset(seed=seed)
     assert finite_observation(obs)
 
 
@@ -229,7 +262,7 @@ def test_bad_preset_raises_value_error(preset):
 
 
 def test_user_config_is_not_mutated():
-    cfg = {**TINY, "system": {"availability": 0.5}, "adversary": {"attackers": (1, 0), "dropout": 0.1},
+    cfg = {**BASE, "system": {"availability": 0.5}, "adversary": {"attackers": (1, 0), "dropout": 0.1},
            "flat_parts": ("weights",), "aggregator_params": None}
     frozen = repr(cfg)
     FedSelectEnv(config=cfg)

@@ -34,15 +34,22 @@ from fedsel_env.config import DEFAULT_CONFIG, make_config
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import FEATURE_INDEX
 
+from conftest import SMALL
+
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {"num_clients": 6, "clients_per_round": 2, "max_rounds": 4, "model": "logreg", "samples_per_client": 30,
-        "target_accuracy": 0.99, "action_mode": "subset", "system": {"availability": 1.0}}
+# conftest's SMALL federation (6 clients, K = 2) in the subset mode with everyone available: the tests pick
+# clients by index and count them by hand.
+SUBSET = {"action_mode": "subset", "system": {"availability": 1.0}}
 LOSS, RMS = FEATURE_INDEX["loss"], FEATURE_INDEX["loss_rms"]
 
 
-def make(adversary=None, **over) -> FedSelectEnv:
-    return FedSelectEnv(config={**TINY, **over, "adversary": adversary or {}})
+@pytest.fixture
+def make(make_env):
+    """``make(adversary, **overrides)``: a SMALL subset-mode env with that adversary (none by default)."""
+    def build(adversary=None, **over) -> FedSelectEnv:
+        return make_env(**{**SUBSET, **over, "adversary": adversary or {}})
+    return build
 
 
 def pick(*clients: int, n: int = 6) -> np.ndarray:
@@ -94,7 +101,7 @@ def spy(env: FedSelectEnv) -> list:
 ])
 def test_bad_adversary_fields_raise_value_error_naming_them(adversary, match):
     with pytest.raises(ValueError, match=match):
-        make_config({**TINY, "adversary": adversary})
+        make_config({**SMALL, **SUBSET, "adversary": adversary})
 
 
 def test_adversary_defaults_are_all_off_and_merge_key_by_key():
@@ -105,7 +112,7 @@ def test_adversary_defaults_are_all_off_and_merge_key_by_key():
         make_config({"adversary": 3})
 
 
-def test_neutral_adversary_is_bit_for_bit_the_honest_simulator():
+def test_neutral_adversary_is_bit_for_bit_the_honest_simulator(make):
     """Labelled attackers with no attack, and the federation without an adversary, play identically."""
     def trajectory(adversary, drop_adversary):
         env = make(adversary, aggregator="qfedavg", system={"availability": 0.7})
@@ -132,7 +139,7 @@ def test_neutral_adversary_is_bit_for_bit_the_honest_simulator():
     same(base, trajectory({"attackers": [0, 2]}, False))
 
 
-def test_env_checkers_pass_with_every_scenario_on():
+def test_env_checkers_pass_with_every_scenario_on(make):
     from gymnasium.utils.env_checker import check_env
 
     env = make({"attackers": [1], "loss_scale": 5.0, "update_scale": -2.0, "update_bias": 0.1, "dropout": 0.3,
@@ -143,7 +150,7 @@ def test_env_checkers_pass_with_every_scenario_on():
         check_env(env, skip_render_check=True)  # includes: same seed, same observations (determinism)
 
 
-def test_attackers_and_stragglers_are_drawn_from_the_federation_seed():
+def test_attackers_and_stragglers_are_drawn_from_the_federation_seed(make):
     env = make({"attacker_fraction": 0.3, "straggler_fraction": 0.5}, federation_seed=11)
     _, info_a = env.reset(seed=1)
     _, info_b = env.reset(seed=2)
@@ -156,7 +163,7 @@ def test_attackers_and_stragglers_are_drawn_from_the_federation_seed():
 
 
 # ============================================================================================ attacks
-def test_loss_inflation_reaches_the_observation_and_the_backend():
+def test_loss_inflation_reaches_the_observation_and_the_backend(make):
     """Each per-sample loss l is reported as s·l + b: F' = s·F + b, rms' = √(s²·rms² + 2sbF + b²)."""
     s, b = 3.0, 0.5
     env = make({"attackers": [0], "loss_scale": s, "loss_shift": b}, aggregator="qfedavg")
@@ -176,14 +183,14 @@ def test_loss_inflation_reaches_the_observation_and_the_backend():
     np.testing.assert_allclose(obs["clients"][[0, 1], RMS], expect_rms, rtol=1e-6)
 
 
-def test_negative_shift_is_clipped_at_zero():
+def test_negative_shift_is_clipped_at_zero(make):
     env = make({"attackers": [0], "loss_shift": -1e6})
     obs, _ = env.reset(seed=0)
     assert obs["clients"][0, LOSS] == 0.0 and obs["clients"][0, RMS] == 0.0
     env.step(pick(0, 1))  # q-FFL-style backends get a valid (non-negative) loss
 
 
-def test_update_scaling_and_bias_forge_the_local_model():
+def test_update_scaling_and_bias_forge_the_local_model(make):
     s, beta = 4.0, 0.3
     env = make({"attackers": [0], "update_scale": s, "update_bias": beta}, federation_seed=3)
     env.reset(seed=0)
@@ -201,7 +208,7 @@ def test_update_scaling_and_bias_forge_the_local_model():
     assert torch.equal(other.federation.adversary.bias_direction, u)  # one direction per federation
 
 
-def test_free_riders_return_the_global_model_and_fedavg_averages_it_in():
+def test_free_riders_return_the_global_model_and_fedavg_averages_it_in(make):
     env = make({"attackers": [0], "free_rider": True})
     env.reset(seed=0)
     fed = env.federation
@@ -215,7 +222,7 @@ def test_free_riders_return_the_global_model_and_fedavg_averages_it_in():
     torch.testing.assert_close(fed.global_params.double(), expect, rtol=1e-5, atol=1e-6)
 
 
-def test_gradient_backends_get_forged_gradients():
+def test_gradient_backends_get_forged_gradients(make):
     for adversary, factor in (({"attackers": [0], "update_scale": -2.0}, -2.0), ({"attackers": [0], "free_rider": True}, 0.0)):
         env = make(adversary, aggregator="qfedsgd")
         env.reset(seed=0)
@@ -227,7 +234,7 @@ def test_gradient_backends_get_forged_gradients():
         torch.testing.assert_close(seen[0].gradients[1], g[1])
 
 
-def _run_fixed(adversary, aggregator, rounds=4):
+def _run_fixed(make, adversary, aggregator, rounds=4):
     env = make(adversary, aggregator=aggregator, max_rounds=rounds, system={"availability": 1.0, "noise_std": 0.0})
     env.reset(seed=2)
     for t in range(rounds):
@@ -235,17 +242,17 @@ def _run_fixed(adversary, aggregator, rounds=4):
     return env.federation.global_params.clone()
 
 
-def test_fedmgda_plus_is_immune_to_update_scaling_while_fedavg_is_pulled_off():
+def test_fedmgda_plus_is_immune_to_update_scaling_while_fedavg_is_pulled_off(make):
     """SPEC §6 / FedMGDA+ §5: the normalised updates ḡ_i = g_i / ‖g_i‖ ignore a client's scale factor."""
     attack = {"attackers": [0], "update_scale": 25.0}
-    honest, scaled = _run_fixed({}, "fedmgda+"), _run_fixed(attack, "fedmgda+")
+    honest, scaled = _run_fixed(make, {}, "fedmgda+"), _run_fixed(make, attack, "fedmgda+")
     torch.testing.assert_close(scaled, honest, rtol=1e-4, atol=1e-5)
-    honest, scaled = _run_fixed({}, "fedavg"), _run_fixed(attack, "fedavg")
+    honest, scaled = _run_fixed(make, {}, "fedavg"), _run_fixed(make, attack, "fedavg")
     assert float((scaled - honest).norm()) > 0.5 * float(honest.norm())
 
 
 # ================================================================================== unreliable clients
-def test_everyone_drops_out():
+def test_everyone_drops_out(make):
     env = make({"dropout": 1.0})
     obs, _ = env.reset(seed=0)
     w = env.federation.global_params.clone()
@@ -257,7 +264,7 @@ def test_everyone_drops_out():
     assert np.all(obs2["clients"][[2, 4], FEATURE_INDEX["ctx_cold"]] == 1)  # they did not take part
 
 
-def test_drop_outs_are_common_random_numbers_and_have_the_configured_rate():
+def test_drop_outs_are_common_random_numbers_and_have_the_configured_rate(make):
     for seed in range(4):
         dropped = []
         for other in (1, 2):
@@ -289,7 +296,7 @@ def test_straggler_delays_are_heavy_tailed_with_the_configured_quantiles(distrib
     assert np.all(delays <= MAX_DELAY)
 
 
-def test_deadline_cuts_late_clients_and_bounds_the_round():
+def test_deadline_cuts_late_clients_and_bounds_the_round(make):
     env = make({"straggler_fraction": 1.0, "straggler_scale": 100.0, "deadline": 50.0})
     env.reset(seed=0)
     w = env.federation.global_params.clone()
@@ -304,7 +311,7 @@ def test_deadline_cuts_late_clients_and_bounds_the_round():
     assert info["responders"].tolist() == [1, 3] and info["round_time"] >= 100.0
 
 
-def test_partial_deadline_counts_only_the_clients_on_time():
+def test_partial_deadline_counts_only_the_clients_on_time(make):
     env = make({"straggler_fraction": 0.5, "straggler_scale": 3.0, "deadline": 8.0}, max_rounds=30,
                clients_per_round=6, target_accuracy=1.0)
     env.reset(seed=0)
@@ -327,7 +334,7 @@ def test_partial_deadline_counts_only_the_clients_on_time():
 
 
 # ============================================================================================ metrics
-def test_robustness_metrics_counted_by_hand():
+def test_robustness_metrics_counted_by_hand(make):
     env = make({"attackers": [0, 1]})
     _, info = env.reset(seed=0)
     assert info["honest_acc_mean"] == pytest.approx(np.mean(info["client_accuracies"][2:]))
@@ -345,7 +352,7 @@ def test_robustness_metrics_counted_by_hand():
 
 
 @pytest.mark.parametrize("agent, params, honest_rate", [("powd", {"d": 12}, 0.5), ("afl", {}, 0.7)])
-def test_loss_inflation_games_valuation_based_selection(agent, params, honest_rate):
+def test_loss_inflation_games_valuation_based_selection(agent, params, honest_rate, make):
     """Power-of-Choice and AFL trust reported losses: inflating them buys the attackers a seat every round."""
     rates = []
     for adversary in ({"attackers": [0, 1]}, {"attackers": [0, 1], "loss_scale": 50.0}):
@@ -362,7 +369,7 @@ def test_loss_inflation_games_valuation_based_selection(agent, params, honest_ra
 
 # ========================================================================================= divergence
 @pytest.mark.parametrize("aggregator", ["fedavg", "qfedavg", "qfedsgd", "fedmgda+", "fedprox"])
-def test_exploding_learning_rate_ends_with_divergence_and_a_finite_observation(aggregator):
+def test_exploding_learning_rate_ends_with_divergence_and_a_finite_observation(aggregator, make):
     env = make(lr=1e300, aggregator=aggregator, max_rounds=6, action_mode="topk")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -382,7 +389,7 @@ def test_exploding_learning_rate_ends_with_divergence_and_a_finite_observation(a
 
 
 @pytest.mark.parametrize("q", [50.0, 1e6, 1e300])
-def test_qfedavg_with_huge_q_stays_finite(q):
+def test_qfedavg_with_huge_q_stays_finite(q, make):
     """q-FedAvg divides every F_k^q by max_j F_j^q, so even q = 1e300 gives a finite (tiny) step."""
     env = make(aggregator="qfedavg", aggregator_params={"q": q}, action_mode="topk", max_rounds=5)
     obs, _ = env.reset(seed=0)
@@ -399,7 +406,7 @@ def test_qfedavg_with_huge_q_stays_finite(q):
 
 
 @pytest.mark.parametrize("aggregator", ["fedavg", "qfedavg", "fedmgda+"])
-def test_absurd_forged_updates_never_raise(aggregator):
+def test_absurd_forged_updates_never_raise(aggregator, make):
     """A 10^30-times update and a 10^30 loss: the round ends (diverged or not) with a finite observation."""
     env = make({"attackers": [0], "update_scale": 1e30, "loss_scale": 1e30, "update_bias": 1e30},
                aggregator=aggregator, action_mode="topk")
@@ -469,7 +476,7 @@ def test_evaluate_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
 
 def test_evaluation_files_survive_a_crash_between_write_and_rename(tmp_path, monkeypatch):
     """A writer that dies before ``os.replace`` leaves the previous file exactly as it was."""
-    from fedsel_env import evaluation
+    from fedsel_eval import run_folder
 
     target = tmp_path / "summary.md"
     target.write_text("previous summary\n")
@@ -477,9 +484,9 @@ def test_evaluation_files_survive_a_crash_between_write_and_rename(tmp_path, mon
     def die(*_):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(evaluation.os, "replace", die)
+    monkeypatch.setattr(run_folder.os, "replace", die)
     with pytest.raises(KeyboardInterrupt):
-        evaluation.atomic_write_text(target, "new summary that never lands\n" * 1000)
+        run_folder.atomic_write_text(target, "new summary that never lands\n" * 1000)
     assert target.read_text() == "previous summary\n"
 
 
@@ -496,6 +503,7 @@ def _load_train_agent():
 
 def test_train_agent_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
     from agents.favor import DoubleDQN
+    from agents.training.runs import list_checkpoints, replay_buffer_path
 
     train_agent = _load_train_agent()
     run = tmp_path / "k"
@@ -503,14 +511,14 @@ def test_train_agent_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
                    "--save-freq", "20", "--eval-freq", "0", "--runs-dir", str(tmp_path), "--name", "k",
                    "--no-progress-bar", "--verbose", "0", "--hyperparams", "learning_starts=10", "batch_size=8",
                    "policy_kwargs={net_arch: [32]}"], tmp_path)
-    _kill_when(proc, lambda: len(train_agent.list_checkpoints(run / "checkpoints")) >= 1)
+    _kill_when(proc, lambda: len(list_checkpoints(run / "checkpoints")) >= 1)
     before = {name: (run / name).read_text() for name in ("args.yaml", "env_config.yaml", "hyperparams.yaml")}
     for text in before.values():
         assert isinstance(yaml.safe_load(text), dict)
-    checkpoints = train_agent.list_checkpoints(run / "checkpoints")
+    checkpoints = list_checkpoints(run / "checkpoints")
     last = checkpoints[-1]
     steps = DoubleDQN.load(last).num_timesteps  # every complete checkpoint loads, with its replay buffer
-    DoubleDQN.load(last).load_replay_buffer(train_agent.replay_buffer_path(last))
+    DoubleDQN.load(last).load_replay_buffer(replay_buffer_path(last))
     assert not (run / "model.zip").exists()
     train_agent.main(["--name", "k", "--runs-dir", str(tmp_path), "--resume", "--n-timesteps", str(steps + 20),
                       "--no-progress-bar", "--verbose", "0"])
@@ -521,18 +529,18 @@ def test_train_agent_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
 
 
 def test_train_agent_files_survive_a_crash_between_write_and_rename(tmp_path, monkeypatch):
-    train_agent = _load_train_agent()
+    from agents.training import atomic  # train_agent.py's atomic writes
     target = tmp_path / "summary.yaml"
     target.write_text("previous: 1\n")
 
     def die(*_):
         raise KeyboardInterrupt("killed")
 
-    monkeypatch.setattr(train_agent.os, "replace", die)
+    monkeypatch.setattr(atomic.os, "replace", die)
     with pytest.raises(KeyboardInterrupt):
-        train_agent.atomic_write_yaml(target, {"new": list(range(1000))})
+        atomic.atomic_write_yaml(target, {"new": list(range(1000))})
     with pytest.raises(KeyboardInterrupt):
-        train_agent.atomic_save(lambda p: Path(p).write_text("half a model"), target)
+        atomic.atomic_save(lambda p: Path(p).write_text("half a model"), target)
     assert target.read_text() == "previous: 1\n"
 
 
