@@ -1,7 +1,7 @@
 """Recorded trajectories from before the redesign (issue #14): the env must replay them bit for bit.
 
-``python tests/golden.py`` rewrote ``tests/data/golden_trajectories.npz`` once, at commit 30396ac (before
-the simulator / server view / env split); ``tests/test_golden.py`` replays the same seeds and actions on
+``python tests/golden.py`` wrote ``tests/data/golden_trajectories.npz`` once, with the code of commit
+30396ac (before the simulator / server view / env split) on one torch thread; ``tests/test_golden.py`` replays the same seeds and actions on
 the current code and compares every observation, reward, flag and the numeric ``info`` entries exactly.
 Regenerate it only for a change that is meant to alter trajectories, and say so in the commit.
 """
@@ -54,6 +54,18 @@ def _action(env, rng: np.random.Generator, obs):
 
 
 def trajectory(case: str) -> Dict[str, np.ndarray]:
+    """One case's trajectory, played on one torch thread (float sums differ bit-wise across thread counts)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _trajectory(case)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _trajectory(case: str) -> Dict[str, np.ndarray]:
     from fedsel_env.env import FedSelectEnv
 
     preset, over, steps = CASES[case]
