@@ -10,14 +10,16 @@
 
 The script reads top to bottom (CleanRL style):
 1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
-2. the plan: env config, policies, backends, seeds — every input checked before anything runs;
-3. the run folder (``runs/eval/<name>/``): new, or resumed when its ``config.json`` matches;
-4. the episodes: every policy × backend × seed from ``env.reset(seed)`` (common random numbers),
-   each appended to ``episodes.jsonl`` as it finishes, under a progress bar;
-5. the summary (mean ± std over seeds) as ``summary.csv`` and ``summary.md``, printed;
-6. the plots.
+2. the run folder's path (``runs/eval/<name>/``, numbered when taken; the latest with ``--resume``);
+3. :func:`fedsel_eval.run`, which does the rest and prints as it goes: the plan (env config,
+   policies, backends, seeds — every input checked before anything runs); the run folder (new, or
+   resumed when its ``config.json`` matches); the episodes (every policy × backend × seed from
+   ``env.reset(seed)``, common random numbers), each appended to ``episodes.jsonl`` as it finishes,
+   under a progress bar; the summary (mean ± std over seeds) as ``summary.csv`` and ``summary.md``;
+   the plots.
 
-The work is done by :mod:`fedsel_env.evaluation`; docs/EVALUATION.md lists every option and output.
+The work is done by the :mod:`fedsel_eval` package (the same ``run`` the reproduction scripts in
+``experiments/`` call); docs/EVALUATION.md lists every option and output.
 """
 from __future__ import annotations
 
@@ -77,7 +79,7 @@ def _numbered_folder(runs_dir: Path, name: str, latest: bool) -> Path:
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
     """Build an argparse parser from :class:`Args`, parse ``argv``, and fill what it leaves out from
     the ``--config`` file, then from the defaults."""
-    from fedsel_env.evaluation import EVAL_CONFIG_KEYS, load_eval_config, parse_params
+    from fedsel_eval import EVAL_CONFIG_KEYS, load_eval_config, parse_params
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     defaults = {}
@@ -121,7 +123,7 @@ def list_choices() -> str:
     import agents
     from fedsel_env.aggregators import AGGREGATORS
     from fedsel_env.config import ENV_IDS, PRESETS
-    from fedsel_env.evaluation import OPTIONAL_AGENT_MODULES
+    from fedsel_eval import OPTIONAL_AGENT_MODULES
 
     import inspect
 
@@ -146,21 +148,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     if args.list:
         print(list_choices())
         return Path(args.runs_dir)
-    from fedsel_env import evaluation as ev
+    import fedsel_eval
 
     for name in ("workers", "torch_threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
 
-    # 2. the plan: every input checked here
+    # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
-    plan = ev.make_plan(env=args.env, policies=args.policy, aggregators=args.aggregator,
-                        aggregator_params=args.aggregator_param, seeds=args.seeds, rounds=args.rounds,
-                        target=args.target, env_overrides=args.env_kwargs, env_name=env_name)
-    for note in plan.notes:
-        print(f"note: {note}")
-
-    # 3. the run folder
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     if args.out:
         out = Path(args.out)
@@ -168,29 +163,21 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         out = Path(args.runs_dir) / name
     else:  # default folders are numbered, so re-running the same command starts a new run (or resumes the latest)
         out = _numbered_folder(Path(args.runs_dir), name, latest=args.resume)
-    run = ev.RunFolder.open(out, plan.record(), resume=args.resume, overwrite=args.overwrite)
-    cfg = plan.env_config
-    print(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
-          f"= {len(plan.tasks())} episodes on {env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
-          f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
 
-    # 4. the episodes (interrupted: what finished is in episodes.jsonl)
+    # 3. plan → episodes → run folder → summary → plots (interrupted: what finished is in episodes.jsonl)
     try:
-        records = ev.run_plan(plan, run, workers=args.workers, progress=args.progress,
-                              torch_threads=args.torch_threads)
-    except KeyboardInterrupt:
-        print(f"\nInterrupted: finished episodes are in {out / ev.EPISODES_FILE}; continue with the same "
+        result = fedsel_eval.run(out, env=args.env, policies=args.policy, aggregators=args.aggregator,
+                                 aggregator_params=args.aggregator_param, seeds=args.seeds, rounds=args.rounds,
+                                 target=args.target, env_overrides=args.env_kwargs, env_name=env_name,
+                                 resume=args.resume, overwrite=args.overwrite, workers=args.workers,
+                                 torch_threads=args.torch_threads, progress=args.progress, plots=args.plots,
+                                 log=print)
+    except fedsel_eval.Interrupted as e:
+        print(f"\nInterrupted: finished episodes are in {e.episodes}; continue with the same "
               f"arguments plus --resume")
         raise SystemExit(130)
-
-    # 5. the summary
-    rows = ev.summarise(records, plan)
-    print(run.write_summary(rows, plan))
-
-    # 6. the plots
     if args.plots:
-        paths = ev.plot_all(records, plan, out)
-        print("plots: " + ", ".join(p.name for p in paths))
+        print("plots: " + ", ".join(p.name for p in result.plots))
     print(f"outputs in {out}")
     return out
 

@@ -3,7 +3,7 @@
 Every script in ``experiments/`` regenerates one of SPEC §6's published results from seeds:
 
 1. it resolves its env configs (the paper's setup, scaled to this machine, or a ``--smoke`` one);
-2. it runs its episodes through :mod:`fedsel_env.evaluation` — the library behind ``evaluate.py``, so
+2. it runs its episodes through :func:`fedsel_eval.run` — the one call behind ``evaluate.py``, so
    the numbers come from the same code path users run — into ``runs/repro/<name>/<part>/`` (each an
    evaluate.py run folder: ``config.json``, ``episodes.jsonl``, ``summary.csv``/``.md``, plots);
 3. it writes its Markdown table fragment (``table.md``), a JSON of the numbers in it
@@ -86,30 +86,21 @@ def publishing(args: argparse.Namespace) -> bool:
 def evaluate(out: Path, env: Mapping[str, Any], policies: Sequence[str], seeds: Sequence[int],
              aggregators: Sequence[str] = (), workers: int = 1, progress: bool = True,
              env_name: str = "custom", plots: bool = True) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Any]:
-    """Run one evaluation (evaluate.py's library) into the run folder ``out``.
+    """Run one evaluation (:func:`fedsel_eval.run`, as evaluate.py does) into the run folder ``out``.
+
+    A folder of the same configuration is resumed; one of a different configuration is started afresh.
 
     :param env: env-config fields, with an optional ``preset`` (as an eval config file's ``env``).
     :param policies: ``--policy`` values (``random``, ``rbcsf:v=10``, ``favor=runs/.../model_dir``).
     :param aggregators: ``--aggregator`` values (``qfedavg:q=1``); empty = the env config's.
     :return: (episode records, summary rows, the plan).
     """
-    from fedsel_env import evaluation as ev
+    import fedsel_eval
 
-    plan = ev.make_plan(env=dict(env), policies=list(policies), aggregators=list(aggregators),
-                        seeds=list(seeds), env_name=env_name)
-    try:
-        run = ev.RunFolder.open(out, plan.record(), resume=True)
-    except ValueError:  # a folder of a different configuration: start this part afresh
-        run = ev.RunFolder.open(out, plan.record(), overwrite=True)
-    records = ev.run_plan(plan, run, workers=workers, progress=progress)
-    for r in records:  # a record written before evaluate.py added a metric lacks it: not measured (NaN)
-        for key in ev.METRICS:
-            r["metrics"].setdefault(key, None)
-    rows = ev.summarise(records, plan)
-    run.write_summary(rows, plan)
-    if plots:
-        ev.plot_all(records, plan, out)
-    return records, rows, plan
+    result = fedsel_eval.run(out, env=dict(env), policies=list(policies), aggregators=list(aggregators),
+                             seeds=list(seeds), env_name=env_name, resume=True, restart_if_changed=True,
+                             workers=workers, progress=progress, plots=plots)
+    return result.records, result.rows, result.plan
 
 
 def episodes_of(records: Sequence[Mapping[str, Any]], policy: str, backend: Optional[str] = None) -> List[Mapping[str, Any]]:

@@ -44,16 +44,16 @@ def queue_traces(env_cfg: Dict[str, Any], vs: Sequence[float], seed: int) -> Dic
     :return: per V: ``total`` Σ_n Z_n, ``max`` max_n Z_n and ``round_time`` per round.
     """
     import agents
-    from fedsel_env import evaluation as ev
     from fedsel_env.config import make_config
     from fedsel_env.env import FedSelectEnv
+    from fedsel_eval import agent_seed
 
     cfg = dict(env_cfg)
     preset = cfg.pop("preset", None)
     env = FedSelectEnv(config=make_config(cfg, preset=preset))
     traces = {}
     for v in vs:
-        agent = agents.make("rbcsf", env.selection_spec, seed=ev.agent_seed(seed), v=v)
+        agent = agents.make("rbcsf", env.selection_spec, seed=agent_seed(seed), v=v)
         obs, _ = env.reset(seed=seed)
         total, largest, times = [], [], []
         done = False

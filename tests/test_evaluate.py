@@ -1,4 +1,4 @@
-"""evaluate.py and fedsel_env.evaluation (issue #6): outputs, determinism, resume, common random
+"""evaluate.py and fedsel_eval (issue #6): outputs, determinism, resume, common random
 numbers, trained models through the same path as hand-written agents, bad input, parallel workers."""
 import csv
 import json
@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsel_env import evaluation as ev
+import fedsel_eval as ev
+from fedsel_eval import episodes
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # evaluate.py and train_agent.py are scripts at the repository root
@@ -160,8 +161,8 @@ def test_resume_skips_finished_episodes(tmp_path, monkeypatch):
     (out / "episodes.jsonl").write_text("".join(lines[:2]) + lines[2][:40])
 
     calls = []
-    real = ev.run_episode
-    monkeypatch.setattr(ev, "run_episode", lambda env, policy, seed: calls.append(seed) or real(env, policy, seed))
+    real = episodes.run_episode
+    monkeypatch.setattr(episodes, "run_episode", lambda env, policy, seed: calls.append(seed) or real(env, policy, seed))
     with pytest.raises(ValueError, match="--resume"):
         evaluate.main(args)  # an existing evaluation is not silently overwritten
     evaluate.main(args + ["--resume"])

@@ -1,0 +1,131 @@
+"""Head-to-head evaluation of client-selection policies (SPEC §1, §5): the library behind ``evaluate.py``
+and ``experiments/``.
+
+It sits above both the env (``fedsel_env``) and the agents (``agents``): it builds agents and saved
+models into policies and runs them in the env; neither of those packages imports it. One module per
+step, and :func:`run`, which does them all in order:
+
+1. **Plan** (:mod:`.plan`, with :mod:`.policies` and :mod:`.params`): one env config (a preset, an env
+   id or a YAML file, with overrides), the policies (registered agents with parameters, or saved SB3
+   models), the aggregation backends and the seeds. Everything is checked here, before any episode
+   runs; bad input raises ``ValueError`` naming what was wrong and what fits.
+2. **Episodes** (:mod:`.episodes`): a policy acts for one episode from ``env.reset(seed=s)``. Every
+   policy is a fresh object with SB3's ``predict`` and its own generator seeded from ``s``
+   (:func:`agent_seed`), so all policies see the same partitions, model initialisations and system
+   draws for the same seed (common random numbers) and a re-run gives the same numbers bit for bit.
+   Hand-written agents and trained models go through the same loop, in this process or in
+   ``workers`` worker processes (the records are the same either way).
+3. **Run folder** (:mod:`.run_folder`): ``config.json`` (the resolved evaluation, compared on
+   ``--resume``), ``episodes.jsonl`` (one line per finished episode, appended and fsync'ed as it
+   finishes), ``summary.csv`` / ``summary.md``, PNG plots. Every file but the JSONL is written whole
+   through a temp file and ``os.replace``.
+4. **Summary** (:mod:`.summary`): the per-episode metrics of SPEC §5 (computed with
+   :mod:`fedsel_env.metrics`), then mean ± standard deviation over seeds.
+5. **Plots** (:mod:`.plots`): accuracy against round and against simulated time (mean with a ±1 std
+   band), per-client accuracy distributions, participation per client, round time per round.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from .episodes import evaluate_task, run_episode, run_plan
+from .params import parse_params, split_items
+from .plan import (EVAL_CONFIG_KEYS, BackendSpec, EpisodeTask, EvalPlan, episode_key, load_eval_config, make_plan,
+                   parse_backend)
+from .plots import PLOT_FILES, plot_all
+from .policies import (DQN_FAMILY, OPTIONAL_AGENT_MODULES, ModelPolicy, PolicySpec, agent_seed, build_policy,
+                       check_model_fits, hand_written_agents, parse_policy, resolve_model)
+from .run_folder import (CONFIG_FILE, EPISODES_FILE, FORMAT_VERSION, SUMMARY_CSV, SUMMARY_MD, RunFolder,
+                         atomic_write_text, config_differences)
+from .summary import METRICS, TABLE_METRICS, summarise, summary_columns, summary_csv, summary_markdown
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run`'s episodes; the finished ones are in :attr:`episodes` (``--resume`` them).
+
+    :param episodes: the run folder's ``episodes.jsonl``.
+    """
+
+    def __init__(self, episodes: Path) -> None:
+        super().__init__(str(episodes))
+        self.episodes = episodes
+
+
+@dataclass
+class Evaluation:
+    """What :func:`run` made: the plan, its run folder, the episode records (plan order), the summary
+    rows (one per policy × backend), the summary as Markdown, and the plots written (none without
+    ``plots``)."""
+
+    plan: EvalPlan
+    folder: RunFolder
+    records: List[Dict[str, Any]]
+    rows: List[Dict[str, Any]]
+    markdown: str
+    plots: List[Path]
+
+
+def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", policies: Sequence[str] = (),
+        aggregators: Sequence[str] = (), aggregator_params: Optional[Mapping[str, Any]] = None,
+        seeds: Sequence[int] = (0, 1, 2), rounds: Optional[int] = None, target: Optional[float] = None,
+        env_overrides: Optional[Mapping[str, Any]] = None, env_name: Optional[str] = None, *,
+        resume: bool = False, overwrite: bool = False, restart_if_changed: bool = False, workers: int = 1,
+        torch_threads: int = 1, progress: bool = True, plots: bool = True,
+        log: Optional[Callable[[str], Any]] = None) -> Evaluation:
+    """One evaluation, start to end: plan → episodes → run folder → summary → plots.
+
+    The plan's arguments are :func:`make_plan`'s (checked before anything is written). Then the run
+    folder ``out`` is opened (:meth:`RunFolder.open`), the episodes it lacks are run and appended
+    (:func:`run_plan`), ``summary.csv`` / ``summary.md`` are written and, with ``plots``, the PNGs.
+
+    :param resume: take up a folder that holds this same evaluation (its finished episodes are kept).
+    :param overwrite: discard the evaluation a folder holds and start over.
+    :param restart_if_changed: with ``resume``, a folder made by a different evaluation is started
+        over instead of refused (the reproduction scripts' rule: a changed config reruns its part).
+    :param workers: worker processes for the episodes (1 = this process; the records are the same).
+    :param torch_threads: torch threads per process.
+    :param progress: show a progress bar over the episodes.
+    :param log: called with each line for the user (the plan's notes, what runs where, the summary
+        table); None = silent.
+    :raises ValueError: for bad input (nothing is written), or a folder that holds another evaluation.
+    :raises Interrupted: on Ctrl-C during the episodes (the finished ones are kept).
+    """
+    say = log or (lambda _line: None)
+    out = Path(out)
+    plan = make_plan(env=env, policies=policies, aggregators=aggregators, aggregator_params=aggregator_params,
+                     seeds=seeds, rounds=rounds, target=target, env_overrides=env_overrides, env_name=env_name)
+    for note in plan.notes:
+        say(f"note: {note}")
+    try:
+        folder = RunFolder.open(out, plan.record(), resume=resume, overwrite=overwrite)
+    except ValueError:
+        if not (restart_if_changed and resume and not overwrite):
+            raise
+        folder = RunFolder.open(out, plan.record(), overwrite=True)
+    cfg = plan.env_config
+    say(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
+        f"= {len(plan.tasks())} episodes on {plan.env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
+        f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
+    try:
+        records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads)
+    except KeyboardInterrupt as e:
+        raise Interrupted(out / EPISODES_FILE) from e
+    for r in records:  # a record written before a metric was added lacks it: not measured (NaN)
+        for key in METRICS:
+            r["metrics"].setdefault(key, None)
+    rows = summarise(records, plan)
+    markdown = folder.write_summary(rows, plan)
+    say(markdown)
+    paths = plot_all(records, plan, out) if plots else []
+    return Evaluation(plan=plan, folder=folder, records=records, rows=rows, markdown=markdown, plots=paths)
+
+
+__all__ = ["CONFIG_FILE", "DQN_FAMILY", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",
+           "OPTIONAL_AGENT_MODULES", "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "TABLE_METRICS", "BackendSpec",
+           "EpisodeTask", "EvalPlan", "Evaluation", "Interrupted", "ModelPolicy", "PolicySpec", "RunFolder",
+           "agent_seed", "atomic_write_text", "build_policy", "check_model_fits", "config_differences",
+           "episode_key", "evaluate_task", "hand_written_agents", "load_eval_config", "make_plan", "parse_backend",
+           "parse_params", "parse_policy", "plot_all", "resolve_model", "run", "run_episode", "run_plan",
+           "split_items", "summarise", "summary_columns", "summary_csv", "summary_markdown"]

@@ -1,0 +1,197 @@
+"""Running an evaluation's episodes: one policy for one episode, in this process or in worker processes.
+
+Owns :func:`run_episode` (a policy acts from ``env.reset(seed=s)`` to the end; the record holds
+SPEC §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
+each process, the unit of work of a worker (:func:`evaluate_task`), the worker processes
+(forkserver or spawn, ``torch_threads`` each), and :func:`run_plan`, which runs what a run folder
+lacks and appends each record as it finishes. The records are the same whatever ``workers`` is.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+
+import numpy as np
+
+from fedsel_env import metrics
+from fedsel_env.env import FedSelectEnv
+
+from .policies import OPTIONAL_AGENT_MODULES, agent_seed, build_policy
+from .run_folder import RunFolder, jsonable
+
+if TYPE_CHECKING:
+    from .plan import EpisodeTask, EvalPlan
+
+
+def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
+    """Run ``policy`` for one episode of ``env`` from ``reset(seed=seed)``.
+
+    :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
+        from round 0, round time, fraction of improved participants, responders), ``clients``
+        (final per-client accuracies, participation counts, sample counts) and bookkeeping.
+    """
+    start = time.perf_counter()
+    obs, info = env.reset(seed=seed)
+    num_samples = np.asarray(info["num_samples"])
+    accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
+    round_time, improved, responders = [], [], []
+    episode_return, terminated, truncated = 0.0, False, False
+    while not (terminated or truncated):
+        action, _ = policy.predict(obs, deterministic=True)
+        obs, reward, terminated, truncated, info = env.step(action)
+        episode_return += float(reward)
+        accuracy.append(float(info["accuracy"]))
+        loss.append(float(info["loss"]))
+        clock.append(float(info["clock"]))
+        round_time.append(float(info["round_time"]))
+        improved.append(float(info["improved_fraction"]))
+        responders.append(int(len(info["responders"])))
+    rounds = len(round_time)
+    participation = np.asarray(info["participation"], dtype=np.int64)
+    client_acc = np.asarray(info["client_accuracies"], dtype=np.float64)
+    m: Dict[str, Any] = {
+        "rounds_to_target": float(rounds) if terminated else math.nan,
+        "time_to_target": clock[-1] if terminated else math.nan,
+        "final_accuracy": accuracy[-1],
+        "best_accuracy": float(max(accuracy[1:])),
+        **metrics.client_accuracy_summary(client_acc),
+        **metrics.participation_summary(participation, rounds),
+        "mean_round_time": float(np.mean(round_time)),
+        # a round nobody responded to has no participants to improve (NaN): left out of the mean
+        "improved_fraction": float(np.nanmean(improved)) if np.isfinite(improved).any() else math.nan,
+        "updates_sent": float(info["updates_sent"]),
+        "rounds": float(rounds),
+        "sim_time": clock[-1],
+        "episode_return": episode_return,
+        "attacker_selected_rate": float(info.get("attacker_selected_rate", math.nan)),
+        "attacker_response_share": float(info.get("attacker_response_share", math.nan)),
+        "honest_acc_mean": float(info.get("honest_acc_mean", math.nan)),
+        "dropouts": float(info.get("dropouts", 0)),
+        "late_arrivals": float(info.get("late_arrivals", 0)),
+    }
+    return {
+        "reached": bool(terminated), "diverged": bool(info["diverged"]), "terminated": bool(terminated),
+        "truncated": bool(truncated), "metrics": m,
+        "curves": {"accuracy": accuracy, "loss": loss, "clock": clock, "round_time": round_time,
+                   "improved_fraction": improved, "responders": responders},
+        "clients": {"accuracy": client_acc.tolist(), "participation": participation.tolist(),
+                    "num_samples": num_samples.tolist()},
+        "profiling_time": float(info["profiling_time"]),
+        "wall_time_s": time.perf_counter() - start,
+    }
+
+
+_ENV_CACHE: Dict[str, Any] = {}
+
+
+def _env_for(config: Mapping[str, Any]) -> Any:
+    """One env per config in each process (building the data takes a while); ``reset(seed)`` makes
+    each episode independent of the ones before."""
+    key = json.dumps(jsonable(config), sort_keys=True)
+    if key not in _ENV_CACHE:
+        _ENV_CACHE.clear()
+        _ENV_CACHE[key] = FedSelectEnv(config=json.loads(key))
+    return _ENV_CACHE[key]
+
+
+def keep_env(config: Mapping[str, Any], env: Any) -> None:
+    """Keep ``env``, built for ``config``, as this process's env of that config (the plan's probe
+    env serves the first backend's episodes)."""
+    _ENV_CACHE.clear()
+    _ENV_CACHE[json.dumps(jsonable(config), sort_keys=True)] = env
+
+
+def evaluate_task(task: EpisodeTask, env_config: Mapping[str, Any]) -> Dict[str, Any]:
+    """Run one task and return its JSON-ready record (the unit of work of a worker process)."""
+    env = _env_for(env_config)
+    policy = build_policy(task.policy, env.selection_spec, task.seed)
+    record = run_episode(env, policy, task.seed)
+    head = {"key": task.key, "policy": task.policy.label, "backend": task.backend.label, "seed": task.seed,
+            "agent_seed": agent_seed(task.seed)}
+    return jsonable({**head, **record})
+
+
+def _worker_context(plan: EvalPlan) -> Any:
+    """Worker processes never fork this (possibly multi-threaded) process: ``forkserver`` where the
+    platform has it — a clean server process imports the simulator once and forks each worker from
+    it, so workers start in a fraction of a spawn's time — else ``spawn``."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    preload = ["fedsel_eval", "fedsel_env.env", "agents"]
+    if any(p.kind == "model" or p.source in OPTIONAL_AGENT_MODULES for p in plan.policies):
+        preload.append("agents.favor")
+    ctx.set_forkserver_preload(preload)
+    return ctx
+
+
+def _init_worker(torch_threads: int) -> None:
+    os.environ["OMP_NUM_THREADS"] = str(torch_threads)
+    import torch
+
+    torch.set_num_threads(torch_threads)
+
+
+def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = True,
+             torch_threads: int = 1) -> List[Dict[str, Any]]:
+    """Run every episode of ``plan`` not yet in ``run``'s ``episodes.jsonl``, appending each as it finishes.
+
+    :param workers: 1 = in this process; more = that many worker processes (:func:`_worker_context`).
+    :param progress: show a tqdm bar over the episodes with the current policy and seed.
+    :param torch_threads: torch threads per process (1 keeps runs identical across ``workers``).
+    :return: all the plan's records (earlier and new), in plan order.
+    """
+    from tqdm.auto import tqdm
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers = {workers!r} is invalid: expected an integer >= 1")
+    done = {r["key"]: r for r in run.read_episodes()}
+    tasks = plan.tasks()
+    todo = [t for t in tasks if t.key not in done]
+    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="episode", desc="evaluating",
+               disable=not progress, dynamic_ncols=True)
+
+    def finished(record: Dict[str, Any]) -> None:
+        run.append_episode(record)
+        done[record["key"]] = record
+        if workers > 1:  # in this process the bar names the episode being run instead
+            bar.set_postfix_str(f"finished {record['policy']} / {record['backend']} seed {record['seed']}",
+                                refresh=False)
+        bar.update(1)
+
+    try:
+        if workers == 1:
+            import torch
+
+            threads = torch.get_num_threads()
+            torch.set_num_threads(torch_threads)
+            try:
+                for t in todo:
+                    bar.set_postfix_str(f"{t.policy.label} / {t.backend.label} seed {t.seed}")
+                    finished(evaluate_task(t, plan.env_config_for(t.backend)))
+            finally:
+                torch.set_num_threads(threads)
+        elif todo:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
+                                     initializer=_init_worker, initargs=(torch_threads,)) as pool:
+                futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
+                try:
+                    for fut in as_completed(futures):
+                        finished(fut.result())
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+    finally:
+        bar.close()
+    return [done[t.key] for t in tasks]
+
+
+__all__ = ["evaluate_task", "keep_env", "run_episode", "run_plan"]

@@ -1,0 +1,154 @@
+"""An evaluation's run folder on disk: ``config.json``, ``episodes.jsonl``, the summaries, the plots.
+
+Owns the files' names and layout version, opening a folder new or for ``--resume`` (refusing a
+different evaluation, naming the differences), reading the finished episodes (a line cut short by a
+crash is dropped), appending one episode as a flushed and fsync'ed JSON line, writing every other
+file whole through a temp file and ``os.replace`` (:func:`atomic_write_text`), and the plain JSON
+form of the values written (:func:`jsonable`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Union
+
+import numpy as np
+
+from .plots import PLOT_FILES
+from .summary import summary_csv, summary_markdown
+
+if TYPE_CHECKING:
+    from .plan import EvalPlan
+
+#: Files of a run folder (and :data:`fedsel_eval.plots.PLOT_FILES`).
+CONFIG_FILE = "config.json"
+EPISODES_FILE = "episodes.jsonl"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+#: Version of the run-folder layout (stored in config.json).
+FORMAT_VERSION = 1
+
+
+class RunFolder:
+    """An evaluation's folder: ``config.json``, ``episodes.jsonl``, summaries and plots.
+
+    :param path: the folder.
+    """
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def open(cls, path: Union[str, Path], config: Mapping[str, Any], resume: bool = False,
+             overwrite: bool = False) -> "RunFolder":
+        """Start a new run folder, or take up an existing one of the same config (``resume``).
+
+        :raises ValueError: when the folder holds an evaluation and neither ``resume`` nor ``overwrite``
+            is given, or when ``resume`` meets an evaluation of a different config (naming the differences).
+        """
+        run = cls(path)
+        stored = run.path / CONFIG_FILE
+        if overwrite and resume:
+            raise ValueError("--resume and --overwrite exclude each other")
+        if stored.is_file() and not overwrite:
+            if not resume:
+                raise ValueError(f"run folder {str(run.path)!r} already holds an evaluation: pass --resume to "
+                                 f"finish it (finished episodes are kept), --overwrite to start over, or "
+                                 f"another --name / --out")
+            with open(stored) as f:
+                old = json.load(f)
+            # the env's name is only a title: the same config reached as a preset or an env id is the same run
+            diffs = config_differences({k: v for k, v in old.items() if k != "env"},
+                                       {k: v for k, v in jsonable(config).items() if k != "env"})
+            if diffs:
+                raise ValueError(f"--resume: run folder {str(run.path)!r} was made by a different evaluation "
+                                 f"({'; '.join(diffs)}); use another --name / --out, or --overwrite to start over")
+            return run
+        if overwrite:
+            for name in (CONFIG_FILE, EPISODES_FILE, SUMMARY_CSV, SUMMARY_MD) + PLOT_FILES:
+                (run.path / name).unlink(missing_ok=True)
+        run.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stored, json.dumps(jsonable(config), indent=2) + "\n")
+        return run
+
+    def read_episodes(self) -> List[Dict[str, Any]]:
+        """The finished episodes; a last line cut short by a crash is dropped from the file."""
+        path = self.path / EPISODES_FILE
+        if not path.is_file():
+            return []
+        text = path.read_text()
+        complete, _, partial = text.rpartition("\n")
+        if partial:  # an append interrupted mid-line: keep the complete lines only
+            atomic_write_text(path, complete + "\n" if complete else "")
+        records, seen = [], set()
+        for line in complete.splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if r["key"] not in seen:
+                    seen.add(r["key"])
+                    records.append(r)
+        return records
+
+    def append_episode(self, record: Mapping[str, Any]) -> None:
+        """Append one record as a JSON line, flushed and fsync'ed (a crash loses at most this line)."""
+        line = json.dumps(jsonable(record), allow_nan=False)
+        with open(self.path / EPISODES_FILE, "a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def write_summary(self, rows: Sequence[Mapping[str, Any]], plan: EvalPlan) -> str:
+        """Write ``summary.csv`` and ``summary.md``; return the Markdown."""
+        md = summary_markdown(rows, plan)
+        atomic_write_text(self.path / SUMMARY_CSV, summary_csv(rows))
+        atomic_write_text(self.path / SUMMARY_MD, md)
+        return md
+
+
+def config_differences(old: Any, new: Any, prefix: str = "") -> List[str]:
+    """Where two stored configs differ, as ``"field: old → new"`` strings."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            name = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old or k not in new:
+                out.append(f"{name}: {'absent' if k not in old else _short(old[k])} → "
+                           f"{'absent' if k not in new else _short(new[k])}")
+            else:
+                out += config_differences(old[k], new[k], name)
+        return out
+    return [] if old == new else [f"{prefix}: {_short(old)} → {_short(new)}"]
+
+
+def _short(v: Any) -> str:
+    s = json.dumps(v)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON types: numpy scalars and arrays unpacked, tuples as lists, NaN/inf as null."""
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+__all__ = ["CONFIG_FILE", "EPISODES_FILE", "FORMAT_VERSION", "SUMMARY_CSV", "SUMMARY_MD", "RunFolder",
+           "atomic_write_text", "config_differences", "jsonable"]
