@@ -289,9 +289,11 @@ def test_one_mode_step_counts_as_part_of_a_round(make_env):
         assert truncated == (t == 8) and not terminated
         if t == 1:
             assert obs["clients"][0, f["participation_rate"]] == 1.0  # 1 participation in half a round (floor 1)
-        if t == 2:  # client 0 was picked one step (half a round) ago: still "last round"
-            assert obs["clients"][0, f["selected_last_round"]] == 1.0
-            assert obs["clients"][0, f["responded_last_round"]] == 1.0
+        if t == 2:  # the "last round" flags name the last step's clients (feedback reaches agents once)
+            assert obs["clients"][0, f["selected_last_round"]] == 0.0
+            assert obs["clients"][0, f["responded_last_round"]] == 0.0
+            assert obs["clients"][1, f["selected_last_round"]] == 1.0
+            assert obs["clients"][1, f["responded_last_round"]] == 1.0
         if t == 3:  # two steps ago = a whole round ago
             assert obs["clients"][0, f["selected_last_round"]] == 0.0
             assert obs["clients"][0, f["rounds_since_selected"]] == pytest.approx(0.5 * 2 / 4)

@@ -90,11 +90,12 @@ def finite_observation(obs) -> bool:
 
 def snapshot(env: FedSelectEnv):
     """Everything a step could change: counters, clock, model, generators, the observation."""
-    fed = env.federation
-    return (env._round, env._updates_sent, fed.system.clock, fed.global_params.clone(),
+    fed, view = env.federation, env.view
+    return (env._round, env.tally.updates_sent, fed.round, fed.system.clock, fed.global_params.clone(),
             fed.system.available.copy(), fed.system.took_part_last.copy(),
             str(fed.system.rng.bit_generator.state), str(fed.adversary.rng.bit_generator.state),
-            str(env.np_random.bit_generator.state), env._participation.copy(), env._loss.copy(), env._observe())
+            str(env.np_random.bit_generator.state), view.step, view.participation.copy(), view.loss.copy(),
+            view.observe())
 
 
 def same_snapshot(a, b) -> bool:

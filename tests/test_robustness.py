@@ -29,7 +29,7 @@ import torch
 import yaml
 
 import agents
-from fedsel_env.adversary import MAX_DELAY, Adversary
+from fedsel_env.adversary import MAX_DELAY, Adversary, HonestClients
 from fedsel_env.config import DEFAULT_CONFIG, make_config
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import FEATURE_INDEX
@@ -113,12 +113,12 @@ def test_adversary_defaults_are_all_off_and_merge_key_by_key():
 
 
 def test_neutral_adversary_is_bit_for_bit_the_honest_simulator(make):
-    """Labelled attackers with no attack, and the federation without an adversary, play identically."""
+    """Labelled attackers with no attack, and the federation with honest clients' hooks, play identically."""
     def trajectory(adversary, drop_adversary):
         env = make(adversary, aggregator="qfedavg", system={"availability": 0.7})
         obs, _ = env.reset(seed=5)
         if drop_adversary:
-            env.federation.adversary = None
+            env.federation.adversary = HonestClients(env.num_clients)
         out = [obs]
         for a in ([1, 2], [0, 5], [3, 4], [2, 3]):
             obs, r, *_, info = env.step(pick(*a))
