@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # SubprocVecEnv workers import train_agent's env factory
+sys.path.insert(0, str(ROOT))  # train_agent.py and the packages it imports live at the root
 
 
 def _train_agent():
@@ -51,13 +51,14 @@ def measure_speed(steps: int, warmup: int) -> Dict[str, Any]:
     """Steps/s of DoubleDQN training on the default preset with 1 and 2 envs."""
     ta = _train_agent()
     from agents.favor import DoubleDQN
+    from agents.training.envs import make_vec_env
 
     setup = ta.prepare(ta.parse_args(["--algo", "favor", "--env", "default", "--runs-dir", "/tmp/fedsel_bench"]))
     kwargs = dict(setup["kwargs"], learning_starts=0)
     out: Dict[str, Any] = {"preset": "default", "steps": steps, "warmup": warmup, "hyperparams": {
         k: v for k, v in setup["hp"].items() if k != "env_config"}, "rates": {}}
     for n_envs in (1, 2):
-        env = ta.make_vec_env(setup["env_config"], n_envs)
+        env = make_vec_env(setup["env_config"], n_envs)
         model = DoubleDQN("MlpPolicy", env, seed=0, device="cpu", **kwargs)
         model.learn(total_timesteps=warmup)  # first resets, allocation, torch warm-up
         t = time.perf_counter()

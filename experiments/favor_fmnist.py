@@ -98,6 +98,9 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
     import yaml
 
     import train_agent
+    from agents.training.algorithms import algorithm_class
+    from agents.training.atomic import atomic_save, atomic_write_yaml
+    from agents.training.envs import make_vec_env
     from stable_baselines3.common.callbacks import BaseCallback
 
     run_dir = out / "favor_train"
@@ -135,8 +138,8 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
                     self.record["success"].append(bool(info.get("is_success", False)))
             return True
 
-    env = train_agent.make_vec_env(setup["env_config"], args.n_envs)
-    cls = train_agent.algorithm_class(args.algo)
+    env = make_vec_env(setup["env_config"], args.n_envs)
+    cls = algorithm_class(args.algo)
     model = cls(setup["policy"], env, seed=args.seed, device="cpu", verbose=0, **setup["kwargs"])
     recorder = EpisodeRecorder()
     start = time.perf_counter()
@@ -144,10 +147,10 @@ def train_favor(out: Path, config: Mapping[str, Any], train: Mapping[str, Any], 
     seconds = time.perf_counter() - start
     env.close()
     run_dir.mkdir(parents=True, exist_ok=True)
-    train_agent.atomic_write_yaml(run_dir / "env_config.yaml", setup["env_config"])
-    train_agent.atomic_write_yaml(run_dir / "hyperparams.yaml", setup["hp"])
-    train_agent.atomic_write_yaml(run_dir / "args.yaml", vars(args))
-    train_agent.atomic_save(model.save, run_dir / "model.zip")
+    atomic_write_yaml(run_dir / "env_config.yaml", setup["env_config"])
+    atomic_write_yaml(run_dir / "hyperparams.yaml", setup["hp"])
+    atomic_write_yaml(run_dir / "args.yaml", vars(args))
+    atomic_save(model.save, run_dir / "model.zip")
     curve_file.write_text(json.dumps(recorder.record) + "\n")
     time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around model.learn"}) + "\n")
     key_file.write_text(json.dumps(key) + "\n")

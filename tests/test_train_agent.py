@@ -20,7 +20,7 @@ torch.set_num_threads(1)
 
 
 def _load_script():
-    if str(ROOT) not in sys.path:  # the SubprocVecEnv workers import the env factory from the script
+    if str(ROOT) not in sys.path:  # the script and the packages it imports (agents.training) live at the root
         sys.path.insert(0, str(ROOT))
     spec = importlib.util.spec_from_file_location("train_agent", ROOT / "train_agent.py")
     module = importlib.util.module_from_spec(spec)

@@ -1,0 +1,72 @@
+"""The algorithms ``train_agent.py --algo`` knows: which class, which action modes, how each is deployed.
+
+FAVOR's Double DQN and SB3's DQN act in the ``one`` mode (``Discrete(N)``, one client a step) and are
+deployed as FAVOR's top-K agent (:class:`agents.favor.FavorAgent`, the K highest Q-values, in a ``topk``
+env); PPO and A2C act in any mode and are deployed as they were trained.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+from typing import Any, Callable, Dict, Mapping
+
+#: What each algorithm is and which action modes (spaces) it can act in.
+ALGOS: Dict[str, Dict[str, Any]] = {
+    "favor": {"cls": "agents.favor:DoubleDQN", "modes": ("one",), "off_policy": True,
+              "about": "FAVOR's Double DQN (seed 002), trained in the 'one' mode, deployed as top-K"},
+    "dqn": {"cls": "stable_baselines3:DQN", "modes": ("one",), "off_policy": True,
+            "about": "SB3's vanilla DQN, deployed as top-K like FAVOR"},
+    "ppo": {"cls": "stable_baselines3:PPO", "modes": ("one", "topk", "subset"), "off_policy": False,
+            "about": "SB3's PPO, acting in the env's own action mode"},
+    "a2c": {"cls": "stable_baselines3:A2C", "modes": ("one", "topk", "subset"), "off_policy": False,
+            "about": "SB3's A2C, acting in the env's own action mode"},
+}
+#: The action space of each action mode, for error messages.
+MODE_SPACES = {"one": "Discrete(N)", "topk": "Box(N)", "subset": "MultiBinary(N)"}
+
+
+def check_algo(algo: str) -> None:
+    """:raises ValueError: for an algorithm not in :data:`ALGOS`, listing them."""
+    if algo not in ALGOS:
+        raise ValueError(f"unknown --algo {algo!r}; algorithms: "
+                         + "; ".join(f"{k} ({v['about']})" for k, v in ALGOS.items()))
+
+
+def check_action_mode(algo: str, mode: Any) -> None:
+    """:raises ValueError: when the user asked for an action mode ``algo`` cannot act in, naming those that can."""
+    modes = ALGOS[algo]["modes"]
+    if mode is not None and mode not in modes:
+        fits = sorted(a for a, s in ALGOS.items() if mode in s["modes"])
+        raise ValueError(
+            f"--algo {algo} cannot act in action_mode {mode!r} ({MODE_SPACES.get(mode, '?')}): it needs "
+            f"{[f'{m} ({MODE_SPACES[m]})' for m in modes]}. Algorithms for {mode!r}: {fits}"
+            + (" (FAVOR is trained in 'one' and deployed in 'topk' automatically)" if algo in ("favor", "dqn") else ""))
+
+
+def algorithm_class(algo: str) -> type:
+    """The SB3 class behind ``--algo``."""
+    module, name = ALGOS[algo]["cls"].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def is_off_policy(algo: str) -> bool:
+    """Whether ``algo`` keeps a replay buffer (saved with its checkpoints)."""
+    return bool(ALGOS[algo]["off_policy"])
+
+
+def deploy_fn(algo: str, env_config: Mapping[str, Any], spec: Any) -> Callable[[Any], Any]:
+    """model → the policy that is evaluated: FAVOR's top-K agent for DQN-family models, the model otherwise."""
+    if ALGOS[algo]["modes"] == ("one",):
+        from agents.favor import FavorAgent
+
+        return lambda model: FavorAgent.from_model(model, spec, env_config["flat_parts"])
+    return lambda model: model
+
+
+def eval_env_config(algo: str, env_config: Mapping[str, Any]) -> Dict[str, Any]:
+    """The env the deployed form is evaluated in (FAVOR: top-K with Dict observations)."""
+    if ALGOS[algo]["modes"] == ("one",):
+        from agents.favor import deployment_config
+
+        return deployment_config(env_config)
+    return copy.deepcopy(dict(env_config))

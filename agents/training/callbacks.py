@@ -1,0 +1,155 @@
+"""The callbacks of a training run: evaluation of the deployed agent, and consistent, atomic checkpoints.
+
+Their frequencies are in callback calls; one call is one step of every env of the ``VecEnv``, so a
+frequency in env steps is divided by ``n_envs`` (:func:`per_call`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, List, Tuple
+
+import numpy as np
+from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+
+from .atomic import atomic_save
+from .runs import list_checkpoints, replay_buffer_path
+
+
+def per_call(freq: int, n_envs: int) -> int:
+    """A frequency in env steps → in callback calls (0 stays 0: never)."""
+    return max(freq // n_envs, 1) if freq else 0
+
+
+class DeployedEvalCallback(EvalCallback):
+    """SB3's ``EvalCallback`` on the deployed form of the agent.
+
+    ``deploy(model)`` turns the live model into the policy that is evaluated (FAVOR: a
+    :class:`agents.favor.FavorAgent` in ``topk`` mode). Every evaluation replays the same episode
+    seeds (common random numbers). Logs ``eval/mean_reward``, ``eval/mean_ep_length`` (rounds),
+    ``eval/success_rate`` (target reached) and ``eval/mean_rounds_to_target`` (over the successes).
+    Saves ``evaluations.npz`` and ``best_model.zip`` atomically.
+    """
+
+    def __init__(self, eval_env: Any, deploy: Callable[[Any], Any], eval_seed: int, **kwargs: Any) -> None:
+        super().__init__(eval_env, **kwargs)
+        self.deploy = deploy
+        self.eval_seed = eval_seed
+
+    def _init_callback(self) -> None:
+        # as EvalCallback's, without its warning that the training envs (SubprocVecEnv) and the
+        # evaluation env (one DummyVecEnv in this process) are of different types: that is intended
+        for folder in (self.best_model_save_path, self.log_path and os.path.dirname(self.log_path)):
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+        if self.callback_on_new_best is not None:
+            self.callback_on_new_best.init_callback(self.model)
+
+    def restore(self, npz_path: Path, upto: int) -> None:
+        """Take up the history of an earlier (interrupted) run, up to the resumed checkpoint's step."""
+        if not npz_path.is_file():
+            return
+        with np.load(npz_path) as d:
+            keep = d["timesteps"] <= upto
+            self.evaluations_timesteps = d["timesteps"][keep].tolist()
+            self.evaluations_results = d["results"][keep].tolist()
+            self.evaluations_length = d["ep_lengths"][keep].tolist()
+            self.evaluations_successes = d["successes"][keep].tolist() if "successes" in d else []
+        if self.evaluations_results:
+            self.best_mean_reward = float(max(np.mean(r) for r in self.evaluations_results))
+
+    def evaluate(self) -> Tuple[List[float], List[int], List[bool]]:
+        """Run the deployed policy for ``n_eval_episodes`` episodes from the fixed seeds."""
+        self._is_success_buffer = []
+        self.eval_env.seed(self.eval_seed)
+        rewards, lengths = evaluate_policy(self.deploy(self.model), self.eval_env,
+                                           n_eval_episodes=self.n_eval_episodes, deterministic=True,
+                                           return_episode_rewards=True, warn=False,
+                                           callback=self._log_success_callback)
+        return list(rewards), list(lengths), list(self._is_success_buffer)
+
+    def _on_step(self) -> bool:
+        if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
+            return True
+        rewards, lengths, successes = self.evaluate()
+        self.evaluations_timesteps.append(self.num_timesteps)
+        self.evaluations_results.append(rewards)
+        self.evaluations_length.append(lengths)
+        self.evaluations_successes.append(successes)
+        if self.log_path is not None:
+            path = Path(self.log_path + ".npz")
+            with open(path.with_name(path.name + ".tmp"), "wb") as f:
+                np.savez(f, timesteps=self.evaluations_timesteps, results=self.evaluations_results,
+                         ep_lengths=self.evaluations_length, successes=self.evaluations_successes)
+            os.replace(path.with_name(path.name + ".tmp"), path)
+        mean_reward = float(np.mean(rewards))
+        self.last_mean_reward = mean_reward
+        reached = [n for n, s in zip(lengths, successes) if s]
+        self.logger.record("eval/mean_reward", mean_reward)
+        self.logger.record("eval/mean_ep_length", float(np.mean(lengths)))
+        self.logger.record("eval/success_rate", float(np.mean(successes)) if successes else 0.0)
+        if reached:
+            self.logger.record("eval/mean_rounds_to_target", float(np.mean(reached)))
+        if self.verbose >= 1:
+            print(f"Eval at {self.num_timesteps} steps: return {mean_reward:.3f}, rounds {np.mean(lengths):.1f}, "
+                  f"target reached {sum(successes)}/{len(successes)}")
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
+        self.logger.dump(self.num_timesteps)
+        if mean_reward > self.best_mean_reward:
+            self.best_mean_reward = mean_reward
+            if self.best_model_save_path is not None:
+                atomic_save(self.model.save, Path(self.best_model_save_path) / "best_model.zip")
+            if self.callback_on_new_best is not None and not self.callback_on_new_best.on_step():
+                return False
+        return True
+
+
+class AtomicCheckpointCallback(CheckpointCallback):
+    """SB3's ``CheckpointCallback``, made consistent and atomic.
+
+    SB3's saves inside ``on_step``, before the step's transition enters the replay buffer (one
+    transition per env lost at each resume). This one marks a checkpoint as due in ``on_step`` and
+    writes it at the next ``on_rollout_start``, when every collected transition is stored and
+    every gradient step done; and once more at the end of training. The replay buffer is written
+    first, then the model, whose presence marks a complete checkpoint; each through a temp file and
+    ``os.replace``. Only the last ``keep`` checkpoints are kept.
+    """
+
+    def __init__(self, *args: Any, keep: int = 2, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.keep = keep
+        self._due = False
+
+    def save_now(self) -> Path:
+        """Write a checkpoint of the model's current state; return the model zip's path."""
+        self.num_timesteps = self.model.num_timesteps
+        model_path = Path(self._checkpoint_path(extension="zip"))
+        if self.save_replay_buffer and getattr(self.model, "replay_buffer", None) is not None:
+            atomic_save(self.model.save_replay_buffer, Path(self._checkpoint_path("replay_buffer_", extension="pkl")))
+        atomic_save(self.model.save, model_path)
+        for old in list_checkpoints(Path(self.save_path))[: -self.keep]:
+            old.unlink(missing_ok=True)
+            replay_buffer_path(old).unlink(missing_ok=True)
+        return model_path
+
+    def save_on_interrupt(self, model: Any) -> Path:
+        """Ctrl-C during ``learn``: checkpoint ``model`` at once (the callback may not be set up yet)."""
+        self.init_callback(model)
+        self.num_timesteps = model.num_timesteps
+        return self.save_now()
+
+    def _on_step(self) -> bool:
+        if self.save_freq > 0 and self.n_calls % self.save_freq == 0:
+            self._due = True
+        return True
+
+    def _on_rollout_start(self) -> None:
+        if self._due:
+            self.save_now()
+            self._due = False
+
+    def _on_training_end(self) -> None:
+        done = [p.name for p in list_checkpoints(Path(self.save_path))]
+        if self.save_freq > 0 and f"{self.name_prefix}_{self.model.num_timesteps}_steps.zip" not in done:
+            self.save_now()

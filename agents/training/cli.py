@@ -1,0 +1,87 @@
+"""The command line of ``train_agent.py``: the :class:`Args` dataclass, the parser built from it, the checks.
+
+Each field of :class:`Args` is one flag (``n_envs`` → ``--n-envs``) with its default and help text; a
+``bool`` becomes ``--flag / --no-flag``, a ``List`` field takes ``KEY=VALUE`` items (read by
+:func:`parse_key_values`), an ``int`` field an integer, anything else a string.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Dict, List, Optional, Sequence
+
+import yaml
+
+from .algorithms import ALGOS
+
+
+@dataclass
+class Args:
+    """The flags of ``train_agent.py`` (``python train_agent.py --help`` lists them)."""
+
+    algo: str = field(default="favor", metadata={"help": f"algorithm: {sorted(ALGOS)}"})
+    env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
+    env_kwargs: List[str] = field(default_factory=list, metadata={
+        "help": "env-config overrides KEY=VALUE (VALUE read as YAML), e.g. max_rounds=30 'flat_parts=[weights,clients]'"})
+    hyperparams: List[str] = field(default_factory=list, metadata={
+        "help": "hyper-parameter overrides KEY=VALUE (VALUE read as YAML), e.g. learning_rate=1e-3"})
+    conf_file: Optional[str] = field(default=None, metadata={"help": "hyper-parameter YAML (default configs/<algo>.yml)"})
+    n_timesteps: Optional[int] = field(default=None, metadata={"help": "training steps (rounds); default from the config"})
+    n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs (worker processes); default from the config or 1"})
+    seed: int = field(default=0, metadata={"help": "seed of the model and of the envs' episodes"})
+    name: Optional[str] = field(default=None, metadata={"help": "run name (folder under --runs-dir); default <algo>_<env>_seed<seed>"})
+    runs_dir: str = field(default="runs/train", metadata={"help": "where run folders go"})
+    resume: bool = field(default=False, metadata={"help": "continue the run --name from its last checkpoint"})
+    eval_freq: int = field(default=2000, metadata={"help": "evaluate the deployed agent every this many steps (0 = never)"})
+    eval_episodes: int = field(default=5, metadata={"help": "episodes per evaluation"})
+    save_freq: int = field(default=2000, metadata={"help": "checkpoint every this many steps (0 = never)"})
+    keep_checkpoints: int = field(default=2, metadata={"help": "how many checkpoints to keep"})
+    torch_threads: int = field(default=1, metadata={"help": "torch threads of the learner process"})
+    device: str = field(default="cpu", metadata={"help": "torch device of the learner"})
+    progress_bar: bool = field(default=True, metadata={"help": "show SB3's progress bar"})
+    verbose: int = field(default=1, metadata={"help": "0 quiet, 1 info"})
+
+
+def build_parser(cls: type, description: str) -> argparse.ArgumentParser:
+    """An argparse parser with one flag per field of the dataclass ``cls`` (its ``metadata["help"]`` as help)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
+        elif str(f.type).startswith(("List", "list")):
+            parser.add_argument(flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
+        else:
+            kind = int if "int" in str(f.type) else str
+            parser.add_argument(flag, type=kind, default=default, help=f.metadata["help"])
+    return parser
+
+
+def parse_args(argv: Optional[Sequence[str]] = None, description: str = "") -> Args:
+    """Parse ``argv`` (default ``sys.argv[1:]``) into :class:`Args`."""
+    return Args(**vars(build_parser(Args, description).parse_args(argv)))
+
+
+def parse_key_values(items: Sequence[str], what: str) -> Dict[str, Any]:
+    """``["a=1", "b=[x, y]"]`` → ``{"a": 1, "b": ["x", "y"]}`` (values read as YAML).
+
+    :raises ValueError: for an item without ``=``, naming the flag ``--<what>``.
+    """
+    out: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--{what} expects KEY=VALUE items, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def check_counts(args: Args) -> None:
+    """Counts must be >= 1, frequencies >= 0 (0 = never). :raises ValueError: naming the flag."""
+    for name in ("n_timesteps", "n_envs", "eval_episodes", "keep_checkpoints", "torch_threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
+    for name in ("eval_freq", "save_freq"):
+        if getattr(args, name) < 0:
+            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 0 (0 = never)")

@@ -1,0 +1,80 @@
+"""The envs of a training run: the env config checked against the algorithm, the training and evaluation envs.
+
+The training env config is layered, later wins: the preset, the algorithm's ``env_config`` (from its
+hyper-parameter entry: its natural action mode and observation), the YAML file's keys, ``--env-kwargs``.
+Training envs run in ``SubprocVecEnv`` worker processes when there are several (one torch thread each);
+the evaluation env, in the deployed form, runs in the learner's process.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from .algorithms import check_action_mode
+
+
+def resolve_env_flag(env: str) -> Tuple[Optional[str], Dict[str, Any]]:
+    """``--env`` → (preset name or None, the config overrides it carries), by :func:`fedsel_env.config.resolve_env`.
+
+    :raises ValueError: as ``resolve_env`` does, its message naming the flag (``unknown --env 'x': ...``).
+    """
+    from fedsel_env.config import resolve_env
+
+    try:
+        return resolve_env(env)
+    except ValueError as e:
+        message = str(e)
+        raise ValueError("unknown --env " + message[len("unknown env "):] if message.startswith("unknown env ")
+                         else message) from None
+
+
+def build_env_config(algo: str, preset: Optional[str], explicit: Mapping[str, Any],
+                     algo_env_config: Mapping[str, Any]) -> Dict[str, Any]:
+    """The complete, validated training env config, checked against the algorithm.
+
+    ``explicit`` is what the user set (the YAML file's keys, then ``--env-kwargs``). An action mode the
+    user set explicitly and the algorithm cannot act in is an error; one that only came from the
+    defaults is replaced by the algorithm's.
+    """
+    from fedsel_env.config import make_config
+
+    check_action_mode(algo, explicit.get("action_mode"))
+    cfg = make_config({**dict(algo_env_config), **dict(explicit)}, preset=preset)
+    if algo == "favor" and cfg["observation"] != "flat":
+        raise ValueError("--algo favor needs observation: flat (FAVOR's Q-network reads the flattened state); "
+                         f"got observation {cfg['observation']!r}")
+    return cfg
+
+
+def make_env_fn(config: Mapping[str, Any], rank: int) -> Callable[[], Any]:
+    """A picklable env factory for a VecEnv worker (one torch thread per worker)."""
+
+    def _init():
+        import torch
+        from stable_baselines3.common.monitor import Monitor
+
+        import fedsel_env  # noqa: F401  (registers the ids)
+        from fedsel_env.env import FedSelectEnv
+
+        torch.set_num_threads(1)
+        return Monitor(FedSelectEnv(config=copy.deepcopy(dict(config))))
+
+    return _init
+
+
+def make_vec_env(config: Mapping[str, Any], n_envs: int) -> Any:
+    """``n_envs`` envs: in this process for one, in ``SubprocVecEnv`` worker processes for more."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    fns = [make_env_fn(config, i) for i in range(n_envs)]
+    return DummyVecEnv(fns) if n_envs == 1 else SubprocVecEnv(fns)
+
+
+def make_eval_env(config: Mapping[str, Any]) -> Any:
+    """One env in this process (a ``DummyVecEnv``) for evaluating the deployed form."""
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from fedsel_env.env import FedSelectEnv
+
+    return DummyVecEnv([lambda: Monitor(FedSelectEnv(config=config))])

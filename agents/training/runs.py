@@ -1,0 +1,103 @@
+"""The run folder ``<runs_dir>/<name>/``: its settings files, its checkpoints, and resuming from them.
+
+A new run writes ``args.yaml``, ``env_config.yaml`` and ``hyperparams.yaml`` first (atomically); a
+``--resume`` call reads them back, so the run's own settings win over the new call's, except for the
+bookkeeping flags of this call and a new ``--n-timesteps``. Checkpoints are
+``checkpoints/ckpt_<steps>_steps.zip`` with ``ckpt_replay_buffer_<steps>_steps.pkl`` beside them (written
+by :class:`agents.training.callbacks.AtomicCheckpointCallback`); a model zip marks a complete one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+from .algorithms import algorithm_class, is_off_policy
+from .atomic import atomic_write_yaml
+
+CKPT_PREFIX = "ckpt"
+#: The flags of a ``--resume`` call that replace the run's saved ones (they change no result).
+RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads")
+
+
+def default_run_name(algo: str, env: str, seed: int) -> str:
+    """``<algo>_<env>_seed<seed>``, the env as a YAML file's stem or an env id's last part."""
+    tag = Path(env).stem if env.endswith((".yml", ".yaml")) else env.split("/")[-1]
+    return f"{algo}_{tag}_seed{seed}"
+
+
+def check_new_run(run_dir: Path) -> None:
+    """:raises ValueError: when ``run_dir`` already holds a run."""
+    if (run_dir / "args.yaml").exists():
+        raise ValueError(f"run folder {str(run_dir)!r} already exists: pass --resume to continue it, "
+                         f"or another --name")
+
+
+def resumed_settings(args: Any) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
+    """The arguments, env config and hyper-parameters of the run ``--name`` that ``args`` resumes.
+
+    :raises ValueError: without ``--name``, or when there is no run to continue.
+    """
+    if not args.name:
+        raise ValueError("--resume needs --name of the run to continue")
+    run_dir = Path(args.runs_dir) / args.name
+    saved = run_dir / "args.yaml"
+    if not saved.is_file():
+        raise ValueError(f"--resume: no run to continue at {str(run_dir)!r} (no args.yaml)")
+    with open(saved) as f:
+        old = yaml.safe_load(f)
+    # the run's own settings win; only the bookkeeping flags of this call are kept
+    keep = {k: getattr(args, k) for k in RESUME_KEEPS}
+    if args.n_timesteps is not None:  # a longer (or shorter) run may be asked for when resuming
+        keep["n_timesteps"] = args.n_timesteps
+    args = dataclasses.replace(args, **{**old, **keep})
+    with open(run_dir / "env_config.yaml") as f:
+        env_config = yaml.safe_load(f)
+    with open(run_dir / "hyperparams.yaml") as f:
+        hp = yaml.safe_load(f)
+    return args, env_config, hp
+
+
+def save_settings(run_dir: Path, args: Any, env_config: Mapping[str, Any], hp: Mapping[str, Any]) -> None:
+    """Write the run's settings (read back by ``--resume``); ``args.yaml`` last, as it marks the run as started."""
+    atomic_write_yaml(run_dir / "env_config.yaml", env_config)
+    atomic_write_yaml(run_dir / "hyperparams.yaml", hp)
+    atomic_write_yaml(run_dir / "args.yaml", vars(args))
+
+
+def list_checkpoints(folder: Path) -> List[Path]:
+    """Complete checkpoints (model zips) in ``folder``, oldest first."""
+    found = []
+    for p in folder.glob(f"{CKPT_PREFIX}_*_steps.zip"):
+        m = re.fullmatch(rf"{CKPT_PREFIX}_(\d+)_steps\.zip", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def replay_buffer_path(model_zip: Path) -> Path:
+    """The replay buffer saved with checkpoint ``model_zip``."""
+    steps = re.fullmatch(rf"{CKPT_PREFIX}_(\d+)_steps\.zip", model_zip.name).group(1)  # type: ignore[union-attr]
+    return model_zip.with_name(f"{CKPT_PREFIX}_replay_buffer_{steps}_steps.pkl")
+
+
+def resume_model(args: Any, env: Any, run_dir: Path) -> Optional[Any]:
+    """With ``--resume``, the run's last checkpoint: model, optimizer, step count and replay buffer; else None.
+
+    Returns None (a new model is to be built) without ``--resume`` or when the run has no checkpoint yet.
+    """
+    if not args.resume:
+        return None
+    checkpoints = list_checkpoints(run_dir / "checkpoints")
+    if not checkpoints:
+        print(f"Resuming {run_dir}: no checkpoint yet, starting from step 0")
+        return None
+    last = checkpoints[-1]
+    model = algorithm_class(args.algo).load(last, env=env, device=args.device, tensorboard_log=str(run_dir / "tb"))
+    if is_off_policy(args.algo):
+        model.load_replay_buffer(replay_buffer_path(last))
+    print(f"Resuming {run_dir} from {last.name}: step {model.num_timesteps} of {args.n_timesteps}")
+    return model
