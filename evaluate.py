@@ -121,7 +121,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
 def list_choices() -> str:
     """What can be evaluated: registered agents, backends, presets and env ids."""
     import agents
-    from fedsel_env.aggregators import AGGREGATORS
+    from fedsel_env.sim.aggregators import AGGREGATORS
     from fedsel_env.config import ENV_IDS, PRESETS
     from fedsel_eval import OPTIONAL_AGENT_MODULES
 

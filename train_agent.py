@@ -42,11 +42,11 @@ from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, e
 from agents.training.atomic import atomic_save, atomic_write_yaml
 from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, per_call
 from agents.training.cli import Args, check_counts, parse_key_values
-from agents.training.envs import build_env_config, make_eval_env, make_vec_env, resolve_env_flag
+from agents.training.envs import build_env_config, make_eval_env, make_vec_env
 from agents.training.hyperparams import check_policy, load_hyperparams, model_kwargs
 from agents.training.runs import (CKPT_PREFIX, check_new_run, default_run_name, resume_model, resumed_settings,
                                   save_settings)
-from fedsel_env.config import env_id
+from fedsel_env.config import env_id, resolve_env
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
@@ -61,7 +61,7 @@ def prepare(args: Args) -> Dict[str, Any]:
     if args.resume:  # the run's own settings, as saved when it started
         args, env_config, hp = resumed_settings(args)
     else:
-        preset, overrides = resolve_env_flag(args.env)  # 2. the env: preset / env id / YAML file
+        preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
         hp = load_hyperparams(args.algo, env_id(preset), args.hyperparams, args.conf_file)  # 3. hyper-parameters
         overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
         env_config = build_env_config(args.algo, preset, overrides, hp.get("env_config") or {})

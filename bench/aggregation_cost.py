@@ -4,7 +4,7 @@ For K = 10, 50, 100 responders on FedMGDA+'s Fashion-MNIST CNN (``fedmgda_cnn``,
 21,840 parameters), this times
 
 - the clients' work of one round with the env's batched trainer
-  (``fedsel_env.training.BatchedTrainer``): E epochs of local SGD at batch B, with the
+  (``fedsel_env.sim.training.BatchedTrainer``): E epochs of local SGD at batch B, with the
   proximal term for FedProx, or one full-batch gradient for q-FedSGD;
 - each backend's ``aggregate`` on the updates that training produced (median of
   ``--repeats`` calls), and FedMGDA+'s QP alone with each solver;
@@ -28,10 +28,10 @@ from typing import Callable, List
 import numpy as np
 import torch
 
-from fedsel_env.aggregators import ClientUpdates, make_aggregator
-from fedsel_env.aggregators.fedmgda_plus import gram64
-from fedsel_env.models import init_params, make_model
-from fedsel_env.training import BatchedTrainer
+from fedsel_env.sim.aggregators import ClientUpdates, make_aggregator
+from fedsel_env.sim.aggregators.fedmgda_plus import gram64
+from fedsel_env.sim.models import init_params, make_model
+from fedsel_env.sim.training import BatchedTrainer
 
 BACKENDS = [  # (label, registry name, params, client work)
     ("fedavg", "fedavg", {}, "sgd"),

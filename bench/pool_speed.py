@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from fedsel_env.models import Pool2x2, make_model
+    from fedsel_env.sim.models import Pool2x2, make_model
 
     print(f"torch {torch.__version__}, 1 thread, {args.rows} images per pass")
     print("| input | nn.MaxPool2d (us/image) | Pool2x2 (us/image) | speed-up |")

@@ -51,8 +51,8 @@ def env_rate(model: str, rounds: int, dataset: str, workers: int = 1) -> tuple[f
 
 def single_model_rate(model: str, steps: int, dataset: str) -> float:
     from fedsel_env.config import make_config
-    from fedsel_env.data import build_federated_data
-    from fedsel_env.models import make_model
+    from fedsel_env.sim.data import build_federated_data
+    from fedsel_env.sim.models import make_model
 
     cfg = make_config(dict(dataset=dataset, num_clients=100, samples_per_client=600, test_fraction=1 / 6,
                            partition="iid", partition_params={}))

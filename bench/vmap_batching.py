@@ -9,7 +9,7 @@ one torch thread. Run it twice to see the allocator's effect:
 """
 import time, torch, torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
-from fedsel_env.models import make_model, init_params
+from fedsel_env.sim.models import make_model, init_params
 torch.set_num_threads(1)
 m = make_model("fedmgda_cnn", (1,28,28), 10)
 p1 = init_params(m, torch.Generator().manual_seed(0))

@@ -5,7 +5,7 @@
 
 For each model, on the real Fashion-MNIST federation of FAVOR's setup (100 clients × 600 samples):
 the measured time of one local epoch of K = 10 clients at batch 10 (after a one-client warm-up) (the simulator's batched
-training, ``fedsel_env.training.BatchedTrainer``, one torch thread) and of one evaluation of the
+training, ``fedsel_env.sim.training.BatchedTrainer``, one torch thread) and of one evaluation of the
 global model on every client's test data. From these, a round ≈ E × epoch + evaluation, the
 profiling round ≈ 10 × epoch (all 100 clients, one epoch), and an episode of the paper's published
 length ≈ profiling + rounds × round (estimates, labelled as such: the per-round PCA projection and
@@ -38,9 +38,9 @@ def measure(config: Dict[str, Any], models: Sequence[Tuple[str, int, str]], k: i
     import torch
 
     from fedsel_env.config import make_config
-    from fedsel_env.data import build_federated_data
-    from fedsel_env.models import init_params, make_model, num_parameters
-    from fedsel_env.training import BatchedTrainer
+    from fedsel_env.sim.data import build_federated_data
+    from fedsel_env.sim.models import init_params, make_model, num_parameters
+    from fedsel_env.sim.training import BatchedTrainer
 
     cfg = make_config(config)
     data = build_federated_data(cfg, np.random.default_rng(0))

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from .adversary import validate_adversary
+from .sim.adversary import validate_adversary
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     # --- data (SPEC §3.1, §3.2) -------------------------------------------
@@ -65,7 +65,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
-    # --- attackers and unreliable clients (fedsel_env/adversary.py, docs/ROBUSTNESS.md); all off -----------
+    # --- attackers and unreliable clients (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md); all off -----------
     "adversary": {
         "attackers": [],               # client ids of the attackers ...
         "attacker_fraction": 0.0,      # ... or this fraction of N (>= 1 client if > 0) drawn from the federation seed
@@ -184,7 +184,7 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
     elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
         overrides = load_config(env)  # ValueError when missing
     else:
-        raise ValueError(f"unknown env {env!r}: give a preset {sorted(PRESETS)}, an env id {sorted(by_id)}, "
+        raise ValueError(f"unknown --env {env!r}: give a preset {sorted(PRESETS)}, an env id {sorted(by_id)}, "
                          f"or the path of a YAML env config (a file ending in .yml / .yaml)")
     preset = overrides.pop("preset", None)
     if preset is not None:

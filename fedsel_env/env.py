@@ -6,7 +6,7 @@ vectors and kept fixed), then one step per communication round until the global 
 accuracy reaches Ω (``terminated``) or the round budget runs out or the model diverges
 (``truncated``).
 
-The env is glue, as in HighwayEnv: the simulator (:class:`~fedsel_env.federation.Federation`)
+The env is glue, as in HighwayEnv: the simulator (:class:`~fedsel_env.sim.federation.Federation`)
 plays rounds and reports what a server receives; the server view
 (:class:`~fedsel_env.server_view.ServerView`) keeps the records and builds the observation
 (``weights`` (N+1, d), ``clients`` (N, F), ``progress`` (2,); ``observation: flat`` concatenates
@@ -20,16 +20,15 @@ from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 
 from .actions import ACTION_MODES
-from .aggregators import make_aggregator
+from .sim.aggregators import make_aggregator
 from .config import make_config
-from .data import build_federated_data
+from .sim.data import build_federated_data
 from .episode_info import EpisodeTally
-from .federation import EpisodeSeeds, Federation
-from .models import make_model, num_parameters
-from .parallel import WorkerPool
+from .sim.federation import EpisodeSeeds, Federation
+from .sim.models import make_model, num_parameters
+from .sim.parallel import WorkerPool
 from .rewards import RoundOutcome, make_reward
 from .server_view import ServerView, flat_observation_space
 from .spec import SelectionSpec

@@ -15,7 +15,7 @@ from . import metrics
 class EpisodeTally:
     """Counts over one episode: updates, divergence, attackers picked and heard, drop-outs, late arrivals.
 
-    :param adversary: the federation's clients (``fedsel_env.adversary.HonestClients`` or ``Adversary``).
+    :param adversary: the federation's clients (``fedsel_env.sim.adversary.HonestClients`` or ``Adversary``).
     :param profiling_time: the profiling round's length (seconds; not on the clock).
     :param profiling_diverged: profiling-round models that were not finite.
     """
@@ -71,7 +71,7 @@ class EpisodeTally:
             "updates_sent": self.updates_sent,
             "diverged": self.diverged,
             "is_success": terminated,
-            # robustness (fedsel_env/adversary.py, docs/ROBUSTNESS.md)
+            # robustness (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md)
             "attackers": np.flatnonzero(self.is_attacker),
             "attacker_selected": bool(self.is_attacker[report.selected].any()),
             "attacker_selected_rate": self.attacker_rounds / self.steps,

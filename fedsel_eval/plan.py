@@ -18,7 +18,7 @@ import numpy as np
 import yaml
 
 import agents
-from fedsel_env.aggregators import AGGREGATORS, make_aggregator
+from fedsel_env.sim.aggregators import AGGREGATORS, make_aggregator
 from fedsel_env.config import make_config, resolve_env
 from fedsel_env.env import FedSelectEnv
 
@@ -114,17 +114,6 @@ class EvalPlan:
                          "backends": [asdict(b) for b in self.backends], "seeds": list(self.seeds)})
 
 
-def _resolve_env(env: Union[str, Mapping[str, Any]]) -> Tuple[Optional[str], Dict[str, Any]]:
-    """:func:`fedsel_env.config.resolve_env`, its error naming the option (``unknown --env ...``)."""
-    try:
-        return resolve_env(env)
-    except ValueError as e:
-        message = str(e)
-        if message.startswith("unknown env "):
-            message = "unknown --env " + message[len("unknown env "):]
-        raise ValueError(message) from None
-
-
 #: Keys of an eval config file (``--config``): the command-line options of the same names.
 EVAL_CONFIG_KEYS = ("env", "env_kwargs", "policy", "aggregator", "aggregator_param", "seeds", "rounds",
                     "target", "name")
@@ -180,7 +169,7 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
     :param env_name: what to call the env in titles (default: ``env`` when it is a string).
     :raises ValueError: naming the bad input and what fits.
     """
-    preset, overrides = _resolve_env(env)
+    preset, overrides = resolve_env(env)
     overrides.update(env_overrides or {})
     if rounds is not None:
         overrides["max_rounds"] = rounds

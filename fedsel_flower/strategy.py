@@ -15,7 +15,7 @@ change:
   and decodes its action with the env's action mode (``fedsel_env.actions``): the
   chosen clients' SuperNodes — and only they — get the ``train`` message;
 - **how their results are combined** (``aggregate_train``): by a fedsel aggregation
-  backend (``fedsel_env.aggregators``, SPEC §3.5) on flat weights
+  backend (``fedsel_env.sim.aggregators``, SPEC §3.5) on flat weights
   (``ClientUpdates``: w_t, the responders' local weights or full gradients, n_k, F_k(w_t)).
 
 Before round 1, :meth:`FedSelectStrategy.start` plays FAVOR's profiling round, as
@@ -44,12 +44,12 @@ from flwr.supercore import log
 
 import agents
 from fedsel_env.actions import ACTION_MODES
-from fedsel_env.aggregators import Aggregator, ClientUpdates, make_aggregator
-from fedsel_env.federation import Evaluation, RoundOpening, RoundReport
-from fedsel_env.models import init_params
+from fedsel_env.sim.aggregators import Aggregator, ClientUpdates, make_aggregator
+from fedsel_env.sim.federation import Evaluation, RoundOpening, RoundReport
+from fedsel_env.sim.models import init_params
 from fedsel_env.server_view import ServerView
 from fedsel_env.spec import SelectionSpec
-from fedsel_env.training import ParamLayout
+from fedsel_env.sim.training import ParamLayout
 
 from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KEY, NUM_EXAMPLES_KEY,
                    PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, build_model, config_to_json,

@@ -1,7 +1,7 @@
 """What a Flower server and its clients share: the fedsel config, the clients' data, the model, local SGD.
 
 The server and every ClientApp rebuild the same federation from one fedsel config
-(``fedsel_env.config``): the data are cut by ``fedsel_env.data.build_federated_data``
+(``fedsel_env.config``): the data are cut by ``fedsel_env.sim.data.build_federated_data``
 with the generator the env uses for a fixed ``federation_seed``
 (``np.random.default_rng([federation_seed, 1])``), so Flower client ``k`` (its
 ``partition-id``) holds exactly the training and test rows of the env's client ``k``.
@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsel_env.config import make_config
-from fedsel_env.data import FederatedData, build_federated_data
-from fedsel_env.models import make_model
-from fedsel_env.training import BatchedTrainer, ParamLayout
+from fedsel_env.sim.data import FederatedData, build_federated_data
+from fedsel_env.sim.models import make_model
+from fedsel_env.sim.training import BatchedTrainer, ParamLayout
 
 #: Keys of the ConfigRecord the server sends with every message.
 CONFIG_KEY = "fedsel-config"          # the fedsel config as JSON (str)
@@ -82,7 +82,7 @@ def federated_data(cfg: Mapping[str, Any]) -> FederatedData:
 
 
 def build_model(cfg: Mapping[str, Any], input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
-    """The config's model (``fedsel_env.models.make_model``)."""
+    """The config's model (``fedsel_env.sim.models.make_model``)."""
     return make_model(cfg["model"], input_shape, num_classes, cfg["model_params"])
 
 

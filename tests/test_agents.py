@@ -428,7 +428,7 @@ def run_episode(name: str, config: dict, seed: int = 0):
 
 
 def _backends():
-    from fedsel_env.aggregators import AGGREGATORS
+    from fedsel_env.sim.aggregators import AGGREGATORS
 
     return sorted(AGGREGATORS)
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsel_env.aggregators import AGGREGATORS, ClientUpdates, make_aggregator
+from fedsel_env.sim.aggregators import AGGREGATORS, ClientUpdates, make_aggregator
 
 # ---------------------------------------------------------------------------------------------
 # a small linear model with known losses: F_k(w) = ‖X_k w − y_k‖² / (2 n_k)

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsel_env import data as data_mod
+from fedsel_env.sim import data as data_mod
+from fedsel_env.sim import data_files
 from fedsel_env.config import make_config
-from fedsel_env.data import (DATASETS, DatasetNotFoundError, FederatedData, build_federated_data,
+from fedsel_env.sim.data import (DATASETS, DatasetNotFoundError, FederatedData, build_federated_data,
                              generate_synthetic, load_idx_pool, read_idx)
-from fedsel_env.partitions import test_size
+from fedsel_env.sim.partitions import test_size
 
 FMNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                 "t10k-labels-idx1-ubyte")
@@ -242,7 +243,7 @@ def test_cifar10_batches_load(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
     rng = np.random.default_rng(0)
-    for name in data_mod.CIFAR10_FILES:
+    for name in data_files.CIFAR10_FILES:
         batch = {b"data": rng.integers(0, 256, (10, 3072), dtype=np.uint8), b"labels": list(range(10))}
         with open(folder / name, "wb") as f:
             pickle.dump(batch, f)
@@ -259,7 +260,7 @@ def test_cifar10_batches_load(tmp_path):
 
 
 def test_missing_data_names_the_folders_and_the_two_fixes(tmp_path, monkeypatch):
-    monkeypatch.setattr(data_mod, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+    monkeypatch.setattr(data_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
     root = tmp_path / "empty"
     root.mkdir()
     with pytest.raises(DatasetNotFoundError) as err:
@@ -278,14 +279,14 @@ def test_missing_data_names_the_folders_and_the_two_fixes(tmp_path, monkeypatch)
 
 
 def test_download_only_when_asked(tmp_path, monkeypatch):
-    monkeypatch.setattr(data_mod, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
+    monkeypatch.setattr(data_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian")
     calls = []
 
     def fake_download(dataset, root):  # stands in for torchvision's downloader: no network in tests
         calls.append((dataset, root))
         write_fake_mnist(Path(root) / "FashionMNIST" / "raw")
 
-    monkeypatch.setattr(data_mod, "_torchvision_download", fake_download)
+    monkeypatch.setattr(data_files, "_torchvision_download", fake_download)
     params = {"root": str(tmp_path / "dl")}
     with pytest.raises(DatasetNotFoundError):
         build(dataset="fashion_mnist", dataset_params=params, num_clients=4, partition="iid", partition_params={})
@@ -300,7 +301,7 @@ def test_download_only_when_asked(tmp_path, monkeypatch):
         build(dataset="mnist", dataset_params={"download": True})
 
 
-@pytest.mark.skipif(not data_mod.DEBIAN_FASHION_MNIST.is_dir(),
+@pytest.mark.skipif(not data_files.DEBIAN_FASHION_MNIST.is_dir(),
                     reason="needs Debian's dataset-fashion-mnist package (/usr/share/datasets/fashion-mnist); "
                            "CI installs it")
 def test_debian_fashion_mnist_loads_and_favor_preset_builds():

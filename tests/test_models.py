@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedsel_env.models import Pool2x2, init_params, make_model, num_parameters
+from fedsel_env.sim.models import Pool2x2, init_params, make_model, num_parameters
 
 
 def _with_ties_and_nan(shape, seed=0):

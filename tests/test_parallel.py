@@ -1,13 +1,13 @@
-"""workers > 1 (fedsel_env/parallel.py): the same federation, trained and evaluated across processes."""
+"""workers > 1 (fedsel_env/sim/parallel.py): the same federation, trained and evaluated across processes."""
 import numpy as np
 import pytest
 import torch
 
-import fedsel_env.parallel as parallel
+import fedsel_env.sim.parallel as parallel
 from fedsel_env.env import FedSelectEnv
-from fedsel_env.models import init_params, make_model
-from fedsel_env.parallel import ParallelTrainer, WorkerPool, split_clients
-from fedsel_env.training import BatchedTrainer
+from fedsel_env.sim.models import init_params, make_model
+from fedsel_env.sim.parallel import ParallelTrainer, WorkerPool, split_clients
+from fedsel_env.sim.training import BatchedTrainer
 
 @pytest.fixture
 def split_everything(monkeypatch):

@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from fedsel_env.partitions import (PARTITIONS, client_sizes, label_histograms, partition_indices,
+from fedsel_env.sim.partitions import (PARTITIONS, client_sizes, label_histograms, partition_indices,
                                    sizes_from_weights, test_size)
 
 

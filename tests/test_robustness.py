@@ -29,7 +29,7 @@ import torch
 import yaml
 
 import agents
-from fedsel_env.adversary import MAX_DELAY, Adversary, HonestClients
+from fedsel_env.sim.adversary import MAX_DELAY, Adversary, HonestClients
 from fedsel_env.config import DEFAULT_CONFIG, make_config
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import FEATURE_INDEX

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedsel_env.models import init_params, make_model
-from fedsel_env.training import BatchedTrainer
+from fedsel_env.sim.models import init_params, make_model
+from fedsel_env.sim.training import BatchedTrainer
 
 
 def _setup(model_name, shape, sizes, seed=0):
@@ -89,7 +89,7 @@ def test_full_gradient_matches_autograd():
 
 
 def test_model_parameter_counts():
-    from fedsel_env.models import num_parameters
+    from fedsel_env.sim.models import num_parameters
     assert num_parameters(make_model("fedmgda_cnn", (1, 28, 28), 10)) == 21840
     assert num_parameters(make_model("favor_cnn", (1, 28, 28), 10)) == 431080
     with pytest.raises(ValueError, match="needs inputs of shape"):

@@ -8,24 +8,9 @@ the evaluation env, in the deployed form, runs in the learner's process.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from .algorithms import check_action_mode
-
-
-def resolve_env_flag(env: str) -> Tuple[Optional[str], Dict[str, Any]]:
-    """``--env`` → (preset name or None, the config overrides it carries), by :func:`fedsel_env.config.resolve_env`.
-
-    :raises ValueError: as ``resolve_env`` does, its message naming the flag (``unknown --env 'x': ...``).
-    """
-    from fedsel_env.config import resolve_env
-
-    try:
-        return resolve_env(env)
-    except ValueError as e:
-        message = str(e)
-        raise ValueError("unknown --env " + message[len("unknown env "):] if message.startswith("unknown env ")
-                         else message) from None
 
 
 def build_env_config(algo: str, preset: Optional[str], explicit: Mapping[str, Any],

@@ -25,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from .registry import Registry, check_params
+from ..registry import Registry, check_params
 
 MODELS: Registry = Registry("model")
 

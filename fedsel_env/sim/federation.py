@@ -17,7 +17,7 @@ or an ``adversary`` scenario). Its life cycle is the server's:
 
 A report carries only what a real server receives that round; the env's server view
 (``fedsel_env/server_view.py``) turns reports into observations. The clients' behaviour
-hooks in through :class:`~fedsel_env.adversary.HonestClients`' two hooks (whose update
+hooks in through :class:`~fedsel_env.sim.adversary.HonestClients`' two hooks (whose update
 arrives; what they send), never through branches here.
 """
 from __future__ import annotations
@@ -98,9 +98,9 @@ class Federation:
     """The simulated federation of one partition.
 
     :param cfg: the validated env config (local training, aggregation, system, adversary fields).
-    :param data: the federated data (``fedsel_env.data.FederatedData``).
+    :param data: the federated data (``fedsel_env.sim.data.FederatedData``).
     :param model: the network; weights travel as flat tensors.
-    :param pool: worker processes to share the training and evaluation with (``fedsel_env/parallel.py``);
+    :param pool: worker processes to share the training and evaluation with (``fedsel_env/sim/parallel.py``);
         ``None``: all of it in this process.
     :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate.
     """

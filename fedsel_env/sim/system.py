@@ -75,7 +75,7 @@ class SystemModel:
 
         :param responders: the clients whose updates arrived.
         :param round_time: the round's length when the server decided it (a deadline, straggler
-            delays: ``fedsel_env/adversary.py``); ``None``: the slowest responder's exchange time.
+            delays: ``fedsel_env/sim/adversary.py``); ``None``: the slowest responder's exchange time.
         :param took_part: the clients that trained this round (warm next round); ``None``: the responders.
         """
         responders = np.asarray(responders, dtype=np.int64)

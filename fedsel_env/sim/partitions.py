@@ -46,7 +46,7 @@ from typing import Any, List, Mapping, Optional
 
 import numpy as np
 
-from .registry import Registry, check_params
+from ..registry import Registry, check_params
 
 PARTITIONS = Registry("partition")
 

@@ -13,7 +13,7 @@ model; the server takes the q-FFL step
 with F_k = F_k(w_t). q = 0 gives w_{t+1} = w_t − (1/(K L)) Σ_k ∇F_k(w_t): one step of
 gradient descent with rate 1/L on the clients' mean loss. The numerics (the 1e-10
 offset on F_k, float64 scalars scaled by max F_k^q) are those of
-:mod:`fedsel_env.aggregators.qfedavg`.
+:mod:`fedsel_env.sim.aggregators.qfedavg`.
 
 The authors' code (litian96/fair_flearn, ``qffedsgd.py``) draws one minibatch per
 round; SPEC §3.5 and the paper's Algorithm 1 use the full-batch gradient, as here.

@@ -2,7 +2,7 @@
 
 ``DATASETS`` maps a name to a :class:`DataSource`, whose ``load`` returns the whole
 labelled pool; :func:`build_federated_data` cuts that pool into N clients with a
-partition of ``fedsel_env.partitions`` and gives every client a held-out test split
+partition of ``fedsel_env.sim.partitions`` and gives every client a held-out test split
 drawn from its own label distribution.
 
 Sources:
@@ -19,31 +19,24 @@ Sources:
   per-dataset mean and std. The pool is the train and test files together: the
   federation re-splits it per client.
 
-Decoded files are cached in-process (keyed on path, modification time and size), so
-building an environment a second time does not decode Fashion-MNIST again.
+The files are read by ``fedsel_env/sim/data_files.py``, which caches what it decodes.
 """
 from __future__ import annotations
 
 import functools
-import gzip
-import os
-import pickle
-import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
-from .registry import Registry, check_params
+from ..registry import Registry, check_params
+from .data_files import DatasetNotFoundError  # noqa: F401  (re-exported: the loaders raise it)
+from .data_files import concat_idx_cached, file_key, locate_dataset, read_cifar_cached, read_idx
 
 DATASETS = Registry("dataset")
 
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
-IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-CIFAR10_FILES = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",)
 # Fixed normalisation (mean, std of [0, 1] pixels over the training files); Fashion-MNIST's
 # were measured on the Debian copy: 0.28604, 0.35302.
 NORMALISATION = {
@@ -51,10 +44,6 @@ NORMALISATION = {
     "mnist": ((0.1307,), (0.3081,)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
-
-
-class DatasetNotFoundError(ValueError):
-    """A dataset's files are in none of the folders searched."""
 
 
 @dataclass
@@ -347,150 +336,16 @@ DATASETS.register("synthetic")(DataSource(
     load=_load_synthetic, defaults={"alpha": 1.0, "beta": 1.0, "max_samples": None}, natural=True))
 
 
-# --- files: idx (MNIST, Fashion-MNIST) and CIFAR-10 pickles -----------------------------------------
-
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-def _file_key(path: Path) -> Tuple[str, int, int]:
-    st = path.stat()
-    return str(path.resolve()), st.st_mtime_ns, st.st_size
-
-
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        raw = f.read()
-    if not path.endswith(".gz"):
-        return raw
-    # One zlib call is faster than gzip's chunked reader; a multi-member file falls back to gzip.
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(raw)
-    except zlib.error as e:
-        raise ValueError(f"{path} is not a valid gzip file: {e}") from None
-    return out if not d.unused_data and d.eof else gzip.decompress(raw)
-
-
-@functools.lru_cache(maxsize=16)
-def _read_idx_cached(path: str, mtime_ns: int, size: int) -> np.ndarray:
-    data = _read_bytes(path)
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an idx file (bad magic number {data[:4].hex()!r})")
-    ndim = data[3]
-    header = 4 + 4 * ndim
-    if ndim == 0 or len(data) < header:
-        raise ValueError(f"{path}: truncated idx header")
-    shape = tuple(int(s) for s in np.frombuffer(data, ">i4", ndim, offset=4))
-    dtype = np.dtype(_IDX_DTYPES[data[2]])
-    expected = header + int(np.prod(shape)) * dtype.itemsize
-    if len(data) != expected:
-        raise ValueError(f"{path}: idx header promises shape {shape} ({expected} bytes), file has {len(data)}")
-    arr = np.frombuffer(data, dtype, offset=header).reshape(shape)
-    return arr  # frombuffer over bytes is read-only, so the cached array cannot be altered
-
-
-def read_idx(path: Union[str, os.PathLike]) -> np.ndarray:
-    """Read an idx file (plain or .gz) into a read-only array; cached on (path, mtime, size).
-
-    :raises ValueError: when the file is not a well-formed idx file.
-    """
-    return _read_idx_cached(*_file_key(Path(path)))
-
-
-def _find_files(folders: Sequence[Path], names: Sequence[str], gz_ok: bool) -> Tuple[Optional[List[Path]], List[str]]:
-    """The first folder holding every file of ``names`` (each plain or .gz): (paths, report per folder)."""
-    report = []
-    for folder in folders:
-        if not folder.is_dir():
-            report.append(f"{folder} (no such folder)")
-            continue
-        found, missing = [], []
-        for nm in names:
-            options = [folder / nm] + ([folder / f"{nm}.gz"] if gz_ok else [])
-            hit = next((p for p in options if p.is_file()), None)
-            (found if hit else missing).append(hit or nm)
-        if not missing:
-            return found, report
-        report.append(f"{folder} (missing {', '.join(missing)})")
-    return None, report
-
-
-def _candidate_folders(dataset: str, root: Optional[str]) -> List[Path]:
-    sub = {"fashion_mnist": "FashionMNIST/raw", "mnist": "MNIST/raw", "cifar10": "cifar-10-batches-py"}[dataset]
-    folders = []
-    if root is not None:
-        r = Path(root).expanduser()
-        folders += [r / sub, r]
-    if dataset == "fashion_mnist":
-        folders.append(DEBIAN_FASHION_MNIST)
-    return folders
-
-
-def _torchvision_download(dataset: str, root: str) -> None:
-    """Fill ``root`` with torchvision's downloader (network needed)."""
-    import torchvision.datasets as tvd
-
-    cls = {"fashion_mnist": tvd.FashionMNIST, "mnist": tvd.MNIST, "cifar10": tvd.CIFAR10}[dataset]
-    cls(root=str(Path(root).expanduser()), train=True, download=True)
-
-
-def locate_dataset(dataset: str, root: Optional[str] = None, download: bool = False) -> List[Path]:
-    """The files of ``dataset`` (``fashion_mnist``, ``mnist`` or ``cifar10``), downloading only if asked.
-
-    Searched in order: ``<root>/FashionMNIST/raw`` (``MNIST/raw``, ``cifar-10-batches-py``),
-    ``<root>``, and for Fashion-MNIST Debian's ``/usr/share/datasets/fashion-mnist``.
-
-    :raises DatasetNotFoundError: naming every folder searched and how to get the data.
-    """
-    if root is not None and not isinstance(root, (str, os.PathLike)):
-        raise ValueError(f"dataset parameter 'root' = {root!r} for {dataset!r}; allowed: None or a folder path")
-    if not isinstance(download, bool):
-        raise ValueError(f"dataset parameter 'download' = {download!r} for {dataset!r}; allowed: True or False")
-    if download and root is None:
-        raise ValueError(f"dataset parameter 'download' = True for {dataset!r} needs a 'root' folder to fill")
-    names, gz_ok = (CIFAR10_FILES, False) if dataset == "cifar10" else (IDX_FILES, True)
-    folders = _candidate_folders(dataset, root)
-    files, report = _find_files(folders, names, gz_ok)
-    if files is None and download:
-        _torchvision_download(dataset, root)
-        files, report = _find_files(folders, names, gz_ok)
-    if files is None:
-        searched = "; ".join(report) if report else "no folder (no 'root' was given)"
-        ways = []
-        if dataset == "fashion_mnist":
-            ways.append(f"install Debian's package (`apt-get install dataset-fashion-mnist`, which puts the "
-                        f"files in {DEBIAN_FASHION_MNIST})")
-        ways.append(f"pass dataset_params={{'root': '<folder>', 'download': True}} to let torchvision download "
-                    f"it into <folder> (network needed)")
-        ways.append("put the files in a folder and pass dataset_params={'root': '<folder>'}")
-        raise DatasetNotFoundError(
-            f"dataset {dataset!r}: files {list(names)}{' (plain or .gz)' if gz_ok else ''} not found; searched: "
-            f"{searched}. To get the data: " + "; or ".join(ways) + ".")
-    return files
-
-
 def _load_idx_dataset(dataset: str, params: Dict[str, Any]) -> DataPool:
     files = locate_dataset(dataset, params["root"], params["download"])
     x_tr, y_tr, x_te, y_te = (read_idx(p) for p in files)
     for x, y, p in ((x_tr, y_tr, files[0]), (x_te, y_te, files[2])):
         if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
             raise ValueError(f"{p}: expected images (M, H, W) with M labels, got {x.shape} and {y.shape}")
-    x, y = _concat_cached(tuple(_file_key(p) for p in files))
+    x, y = concat_idx_cached(tuple(file_key(p) for p in files))
     mean, std = NORMALISATION[dataset]
     return DataPool(x=x, y=y, num_classes=10, input_shape=(1,) + x.shape[2:], scale=1.0 / 255.0,
                     mean=mean, std=std)
-
-
-@functools.lru_cache(maxsize=4)
-def _concat_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarray, np.ndarray]:
-    x_tr, y_tr, x_te, y_te = (_read_idx_cached(*k) for k in keys)
-    x = np.concatenate([x_tr, x_te])[:, None, :, :]
-    y = np.concatenate([y_tr, y_te]).astype(np.int64)
-    if y.min() < 0 or y.max() > 9:
-        raise ValueError(f"labels of {keys[1][0]} / {keys[3][0]} must lie in 0..9, got {y.min()}..{y.max()}")
-    x.flags.writeable = False
-    y.flags.writeable = False
-    return x, y
 
 
 def load_idx_pool(dataset: str, root: Optional[str] = None, download: bool = False) -> Tuple[np.ndarray, np.ndarray]:
@@ -499,28 +354,9 @@ def load_idx_pool(dataset: str, root: Optional[str] = None, download: bool = Fal
     return pool.x, pool.y
 
 
-@functools.lru_cache(maxsize=2)
-def _read_cifar_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarray, np.ndarray]:
-    xs, ys = [], []
-    for path, _, _ in keys:
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")  # the official format; read only from local files
-        data, labels = batch.get(b"data"), batch.get(b"labels")
-        if data is None or labels is None or len(data) != len(labels) or np.asarray(data).shape[1:] != (3072,):
-            raise ValueError(f"{path} is not a CIFAR-10 batch (expected b'data' (M, 3072) and b'labels')")
-        xs.append(np.asarray(data, np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(labels, np.int64))
-    x, y = np.concatenate(xs), np.concatenate(ys)
-    if y.min() < 0 or y.max() > 9:
-        raise ValueError(f"CIFAR-10 labels must lie in 0..9, got {y.min()}..{y.max()}")
-    x.flags.writeable = False
-    y.flags.writeable = False
-    return x, y
-
-
 def _load_cifar10(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
     files = locate_dataset("cifar10", params["root"], params["download"])
-    x, y = _read_cifar_cached(tuple(_file_key(p) for p in files))
+    x, y = read_cifar_cached(tuple(file_key(p) for p in files))
     mean, std = NORMALISATION["cifar10"]
     return DataPool(x=x, y=y, num_classes=10, input_shape=(3, 32, 32), scale=1.0 / 255.0, mean=mean, std=std)
 

@@ -2,7 +2,7 @@
 
 Every knob lives in ``DEFAULT_CONFIG["adversary"]`` (``fedsel_env/config.py``), all off by
 default; :func:`validate_adversary` checks them and :class:`Adversary` plays them out inside
-the federation round (``fedsel_env/federation.py``). docs/ROBUSTNESS.md measures their effect.
+the federation round (``fedsel_env/sim/federation.py``). docs/ROBUSTNESS.md measures their effect.
 
 **Attackers** are a fixed set of clients: the ids in ``attackers``, or ``attacker_fraction``·N
 of them (at least one when the fraction is > 0) drawn from the federation seed, so they stay
@@ -183,7 +183,7 @@ class HonestClients:
         """Hook 1 — whose update arrives: every selected and available client, after its exchange time.
 
         :param candidates: the selected clients that are available this round.
-        :param system: the system model (``fedsel_env.system.SystemModel``) for the exchange times.
+        :param system: the system model (``fedsel_env.sim.system.SystemModel``) for the exchange times.
         """
         tau = system.exchange_times(candidates)
         return Arrivals(candidates, candidates, _NONE, _NONE, tau, float(tau.max()) if tau.size else 0.0)
