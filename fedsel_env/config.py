@@ -65,6 +65,10 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
+    "init": "episode",            # episode: a new w_0 (and profiling round, PCA basis) per episode; federation:
+                                  # w_0, the profiling round and FAVOR's PCA map fixed by the federation's seed,
+                                  # as in FAVOR (every device downloads the same initial weights), so the weight
+                                  # state means the same thing in every episode of one federation (SPEC §2)
     # --- attackers and unreliable clients (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md); all off -----------
     "adversary": {
         "attackers": [],               # client ids of the attackers ...
@@ -95,7 +99,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "favor_fmnist": {"dataset": "fashion_mnist", "num_clients": 100, "samples_per_client": 600,
                      "test_fraction": 1 / 6, "partition": "sigma", "partition_params": {"sigma": 0.8},
                      "model": "favor_cnn", "local_epochs": 5, "batch_size": 10, "lr": 0.01,
-                     "clients_per_round": 10, "target_accuracy": 0.85, "max_rounds": 300},
+                     "clients_per_round": 10, "target_accuracy": 0.85, "max_rounds": 300, "init": "federation"},
     # Synthetic(1, 1) of FedProx / q-FFL: 100 devices, natural partition, logistic regression.
     "synthetic": {"dataset": "synthetic", "dataset_params": {"alpha": 1.0, "beta": 1.0},
                   "num_clients": 100, "partition": "natural", "partition_params": {},
@@ -116,6 +120,7 @@ ENV_IDS: Dict[str, str] = {
 
 ACTION_MODES = ("one", "topk", "subset")
 OBSERVATION_KINDS = ("dict", "flat")
+INIT_MODES = ("episode", "federation")
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
@@ -292,6 +297,8 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "eval_every", 1)
     _int(cfg, "workers", 1, 64)
     _int(cfg, "federation_seed", 0, allow_none=True)
+    if cfg["init"] not in INIT_MODES:
+        _fail("init", cfg["init"], f"allowed: {list(INIT_MODES)}")
     _float(cfg, "divergence_loss", 0.0, lo_open=True)
     if not isinstance(cfg["track_improvement"], bool):
         _fail("track_improvement", cfg["track_improvement"], "expected true or false")

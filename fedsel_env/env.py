@@ -101,13 +101,16 @@ class FedSelectEnv(gym.Env):
                 raise ValueError(f"reset seed {seed!r} is invalid: expected an integer >= 0 or None")
             seed = int(seed)
         super().reset(seed=seed)
-        s = self.np_random.integers(0, 2**31 - 1, size=5)
-        fed_seed = self.config["federation_seed"] if self.config["federation_seed"] is not None else int(s[0])
+        s = [int(x) for x in self.np_random.integers(0, 2**31 - 1, size=5)]
+        fed_seed = self.config["federation_seed"] if self.config["federation_seed"] is not None else s[0]
+        # init: federation — w_0, the profiling round and the PCA map belong to the federation (FAVOR)
+        init, pca, profiling = (s[3], s[4], s[2]) if self.config["init"] == "episode" else \
+            [int(x) for x in np.random.default_rng([fed_seed, 8]).integers(0, 2**31 - 1, size=3)]
         self.federation = fed = self._federation(fed_seed)
-        report = fed.start(EpisodeSeeds(federation=fed_seed, system=int(s[1]), training=int(s[2]), init=int(s[3])))
+        report = fed.start(EpisodeSeeds(fed_seed, system=s[1], training=s[2], init=init, profiling=profiling))
         self.selection_spec = self._spec(fed.num_samples)
         self.view = ServerView(self.config, fed.num_samples, self.model_size, self.pca_components, self.server_step)
-        broken = self.view.start(report, pca_seed=int(s[4]))
+        broken = self.view.start(report, pca_seed=pca)
         self.view.open_round(fed.open_round())
         self.tally = EpisodeTally(fed.adversary, profiling_time=report.round_time, profiling_diverged=broken)
         self._round = 0

@@ -44,12 +44,14 @@ class EpisodeSeeds:
     :param system: the per-round system and adversary draws.
     :param training: every client's minibatch order.
     :param init: w_0.
+    :param profiling: the profiling round's minibatch orders.
     """
 
     federation: int
     system: int
     training: int
     init: int
+    profiling: int
 
 
 @dataclass
@@ -148,7 +150,8 @@ class Federation:
         self.global_params, self.round, self._loss_cache = w0.clone(), 0, {}
         self.system.draw_round()  # the profiling round's contexts
         clients = np.arange(n)
-        local = self.trainer.train(w0, clients, self.generators(0, clients), epochs=1,
+        profiling = [np.random.default_rng([int(seeds.profiling), 0, int(c)]) for c in clients]
+        local = self.trainer.train(w0, clients, profiling, epochs=1,
                                    prox_mu=self.aggregator.local_options().get("prox_mu", 0.0))
         losses, rms = self.global_losses(clients)
         sent = self.adversary.messages(clients, w0, Upload(losses, rms, local_models=local))
