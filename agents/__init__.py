@@ -32,6 +32,7 @@ def make(name: str, spec: SelectionSpec, seed: Optional[int] = None, **params: A
 
 
 # Importing the modules registers the built-in agents.
-from . import afl, favor, fedcs, kcenter, oort, powd, qffl, random_selection, rbcsf  # noqa: E402,F401
+from . import afl, favor, fedcs, kcenter, kcenter_cover, oort, pow_d, qffl  # noqa: E402,F401
+from . import random_selection, rbcsf, rpow_d  # noqa: E402,F401
 
 __all__ = ["AGENTS", "SelectionAgent", "make"]

@@ -57,6 +57,11 @@ class SelectionAgent:
         """Indices of the clients available in the coming round."""
         return np.flatnonzero(self.spec.feature(obs, "available") > 0.5)
 
+    def bind(self, env: Any) -> None:
+        """Give the agent the server's channel to its clients (``env.unwrapped``), for agents that ask them
+        something before selecting (``pow_d`` queries its candidates' losses). The others ignore it;
+        ``fedsel_eval`` binds every agent to its env."""
+
     def seed(self, seed: Optional[int]) -> None:
         """Re-seed the agent's generator (evaluate.py does this per episode for common random numbers)."""
         self.rng = np.random.default_rng(seed)

@@ -1,28 +1,26 @@
-"""K-Center selection on the profiling round's model weights (``kcenter``), FAVOR's baseline.
+"""K-Center selection as FAVOR runs it (``kcenter``), FAVOR's baseline.
 
 H. Wang, Z. Kaplan, D. Niu, B. Li, "Optimizing Federated Learning on Non-IID Data
-with Reinforcement Learning", IEEE INFOCOM 2020 (seed 002), §III-B: every device
-trains one epoch from the same initial weights; the local models' weights reveal
-the devices' data distributions, so grouping devices by k-center over those
-weights and training on one device per group each round covers the data better
-than uniform sampling. The k-center heuristic is Gonzalez's farthest-point greedy
-(T. F. Gonzalez, "Clustering to Minimize the Maximum Intercluster Distance",
-Theoretical Computer Science 38, 1985). SPEC §4.
+with Reinforcement Learning", IEEE INFOCOM 2020 (seed 002), §II and §III-B: every
+device trains one epoch from the same initial weights; the local models' weights
+reveal the devices' data distributions. The K-Center baseline clusters the N
+devices' weight vectors into K groups by k-center and, each round, trains on one
+device drawn from each group. SPEC §4.
+
+The k-center clustering is Gonzalez's farthest-point greedy (T. F. Gonzalez,
+"Clustering to Minimize the Maximum Intercluster Distance", Theoretical Computer
+Science 38, 1985; a 2-approximation of the optimal maximum radius): the first centre
+is the device farthest from the mean, each next centre the device farthest from its
+nearest centre; every device joins its nearest centre's group.
 
 The points are the clients' PCA rows of the first observation (rows 1..N of
-``weights``: the profiling round's local models), fixed for the episode. A
-*cover* is a pass over all clients without reuse. Each round the agent picks K
-centres greedily among the available clients not yet used in the current cover:
-
-    c = argmax_{k ∈ candidates} min_{j ∈ C} ‖w_k − w_j‖₂,
-
-where C holds the clients already used in this cover plus the centres picked so
-far this round (so each round extends the cover where it is thinnest); the first
-centre of a cover is the client farthest from the mean of all clients. When every
-client has been used, a new cover starts. If too few unused clients are
-available, the round is completed with already-used available clients (the
-farthest-point rule again) rather than sending fewer than K; no client is reused
-while an unused one is available.
+``weights``: the profiling round's local models; the PCA keeps every distance when
+d ≥ N + 1 components, the default up to N = 99), and the groups are fixed for the
+episode. Each round one available device is drawn uniformly from each group; a
+group with no available device is filled by drawing from the available devices of
+the other groups. In the ``one`` mode the groups take turns, one device a step.
+(``kcenter_cover``, ``agents/kcenter_cover.py``, is a different method: a greedy
+farthest-point pass through all clients.)
 """
 from __future__ import annotations
 
@@ -67,12 +65,19 @@ def farthest_point(points: np.ndarray, candidates: np.ndarray, centres: np.ndarr
     return np.asarray(picked, dtype=np.int64)
 
 
+def k_center_groups(points: np.ndarray, k: int) -> np.ndarray:
+    """Gonzalez's k-center clustering: the group (0..k−1) of every point, shape (N,)."""
+    centres = farthest_point(points, np.arange(len(points)), np.empty(0, dtype=np.int64), k)
+    dist = np.linalg.norm(points[:, None, :] - points[centres][None, :, :], axis=2)
+    return np.argmin(dist, axis=1)
+
+
 @AGENTS.register("kcenter")
 class KCenterAgent(SelectionAgent):
-    """Greedy k-center over the profiling round's PCA weights; no reuse until every client is covered.
+    """FAVOR's K-Center: K groups of the profiling round's weights, one device drawn from each per round.
 
     :param spec: the problem's public description.
-    :param seed: unused (the agent is deterministic); accepted for a uniform interface.
+    :param seed: seed of the draws within the groups.
     """
 
     name = "kcenter"
@@ -80,38 +85,29 @@ class KCenterAgent(SelectionAgent):
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None) -> None:
         super().__init__(spec, seed)
-        self.points: Optional[np.ndarray] = None
-        self.used = np.zeros(spec.num_clients, dtype=bool)  # used in the current cover
-        self.covers_started = 0
+        self.groups: Optional[np.ndarray] = None
+        self.turn = 0  # the `one` mode's group
 
     def reset(self, obs: Dict[str, np.ndarray]) -> None:
-        """Fix the points: the client rows of the first observation's ``weights``."""
-        self.points = np.asarray(obs["weights"], dtype=np.float64)[1:].copy()
-        self.used = np.zeros(self.spec.num_clients, dtype=bool)
-        self.covers_started = 1
+        """Cluster the client rows of the first observation's ``weights`` into K groups."""
+        points = np.asarray(obs["weights"], dtype=np.float64)[1:]
+        self.groups = k_center_groups(points, self.spec.clients_per_round)
+        self.turn = 0
 
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
-        if self.points is None:
+        if self.groups is None:
             self.reset(obs)
         available = self.spec.feature(obs, "available") > 0.5
-        k = min(self.k, int(available.sum()))
-        chosen = farthest_point(self.points, np.flatnonzero(available & ~self.used),
-                                np.flatnonzero(self.used), k)
-        self.used[chosen] = True
-        if self.used.all() and chosen.size < k:
-            # the cover is complete: a new one starts with the rest of this round's picks
-            self.used[:] = False
-            self.covers_started += 1
-            more = farthest_point(self.points, np.setdiff1d(np.flatnonzero(available), chosen), chosen,
-                                  k - chosen.size)
-            self.used[more] = True
-            chosen = np.concatenate([chosen, more])
-        elif chosen.size < k:
-            # unused clients remain but are unavailable: fill with used ones, the cover stays open
-            more = farthest_point(self.points, np.setdiff1d(np.flatnonzero(available), chosen), chosen,
-                                  k - chosen.size)
-            chosen = np.concatenate([chosen, more])
-        if self.used.all():
-            self.used[:] = False
-            self.covers_started += 1
-        return chosen
+        k = self.spec.clients_per_round
+        order = [self.turn % k] if self.k == 1 else range(k)
+        self.turn += 1
+        chosen = []
+        for g in order:
+            members = np.flatnonzero(available & (self.groups == g))
+            if members.size:
+                chosen.append(int(self.rng.choice(members)))
+        short = self.k - len(chosen)
+        if short > 0:  # groups with nobody available: fill from the other groups' available devices
+            rest = np.setdiff1d(np.flatnonzero(available), chosen)
+            chosen.extend(int(c) for c in self.rng.choice(rest, size=min(short, rest.size), replace=False))
+        return np.asarray(chosen, dtype=np.int64)

@@ -7,7 +7,7 @@ observation built from the clients' reports and picks who trains; a fedsel backe
 aggregates. The same strategy runs against real SuperNodes (docs/FLOWER.md).
 
 Usage:
-    python examples/flower_selection.py [--agent powd] [--rounds 5] [--preset tiny] [--aggregator fedavg]
+    python examples/flower_selection.py [--agent rpow_d] [--rounds 5] [--preset tiny] [--aggregator fedavg]
     python examples/flower_selection.py --agent favor --agent-params '{"model_path": "runs/x/best_model.zip"}'
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from fedsel_flower import FedSelectStrategy, make_client_app, make_server_app  #
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--agent", default="powd", help="a registered fedsel agent (favor needs --agent-params)")
+    p.add_argument("--agent", default="rpow_d", help="a registered fedsel agent (favor needs --agent-params)")
     p.add_argument("--agent-params", default="{}", help="JSON object of the agent's parameters")
     p.add_argument("--preset", default="tiny", help="fedsel preset of the federation")
     p.add_argument("--aggregator", default="fedavg", help="fedsel aggregation backend")

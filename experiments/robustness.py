@@ -79,7 +79,7 @@ def flow(mapping: Mapping[str, Any]) -> str:
 
 def command(scenario: Dict[str, Any], out: Path, args: argparse.Namespace) -> List[str]:
     """The evaluate.py command line of one scenario."""
-    env, policies = ("tiny", ["random", "powd"]) if args.smoke else ("default", ["all"])
+    env, policies = ("tiny", ["random", "rpow_d"]) if args.smoke else ("default", ["all"])
     rounds = 3 if args.smoke else args.rounds
     cmd = ["evaluate.py", "--env", env, "--env-kwargs", f"adversary={flow(scenario)}"]
     for p in policies:

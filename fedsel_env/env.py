@@ -139,6 +139,22 @@ class FedSelectEnv(gym.Env):
         return self.view.observe(), float(reward), terminated, truncated, \
             self.tally.step_info(report, self.view, terminated)
 
+    # ---------------------------------------------------------------- queries
+    def query_losses(self, clients: Any) -> np.ndarray:
+        """Ask available clients for their loss F_k(w_t) on the current global model before selecting.
+
+        Power-of-Choice's query (``agents/pow_d.py``): counted in ``info["loss_queries"]``; it changes
+        nothing else. :raises ValueError: for ids that are not distinct available clients.
+        """
+        if self.federation is None:
+            raise RuntimeError("call reset() before query_losses()")
+        ids = np.asarray(clients)
+        if ids.ndim != 1 or ids.dtype.kind not in "iu" or len(set(ids.tolist())) != ids.size \
+                or not np.all((ids >= 0) & (ids < self.num_clients)) or not self.view.available[ids].all():
+            raise ValueError(f"query_losses({clients!r}): expected distinct ids of clients available this round")
+        self.tally.loss_queries += int(ids.size)
+        return self.federation.query_losses(ids)
+
     # ------------------------------------------------------------------ masks
     def action_masks(self) -> np.ndarray:
         """Which clients are available in the coming round (sb3-contrib's convention)."""

@@ -26,6 +26,7 @@ class EpisodeTally:
         self.profiling_time, self.profiling_diverged = float(profiling_time), int(profiling_diverged)
         self.steps = self.updates_sent = self.attacker_rounds = self.attacker_responses = 0
         self.dropouts = self.late = 0
+        self.loss_queries = 0  # clients asked for their loss before a selection (Power-of-Choice)
         self.diverged = False
 
     def record(self, report) -> None:
@@ -69,6 +70,7 @@ class EpisodeTally:
             "participation": view.participation.copy(),
             "improved_fraction": report.improved_fraction,
             "updates_sent": self.updates_sent,
+            "loss_queries": self.loss_queries,
             "diverged": self.diverged,
             "is_success": terminated,
             # robustness (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md)

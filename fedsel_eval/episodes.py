@@ -34,6 +34,8 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         (final per-client accuracies, participation counts, sample counts) and bookkeeping.
     """
     start = time.perf_counter()
+    if hasattr(policy, "bind"):  # agents that ask clients something before selecting (pow_d)
+        policy.bind(env.unwrapped)
     obs, info = env.reset(seed=seed)
     num_samples = np.asarray(info["num_samples"])
     accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
@@ -63,6 +65,7 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         # a round nobody responded to has no participants to improve (NaN): left out of the mean
         "improved_fraction": float(np.nanmean(improved)) if np.isfinite(improved).any() else math.nan,
         "updates_sent": float(info["updates_sent"]),
+        "loss_queries": float(info.get("loss_queries", 0)),
         "rounds": float(rounds),
         "sim_time": clock[-1],
         "episode_return": episode_return,

@@ -133,6 +133,10 @@ class FedSelectStrategy(FedAvg):
                              f"({sorted(agents.AGENTS)}) or a callable spec -> agent")
         if isinstance(agent, str):
             agents.AGENTS.lookup(agent)  # a typo fails here, not after the profiling round
+            if agent == "pow_d":
+                raise ValueError("agent 'pow_d' asks its candidates for their current loss before each selection, "
+                                 "a query FedSelectStrategy does not send; use 'rpow_d' (ranks by the last "
+                                 "reported losses)")
         for name, v in (("train_seed", train_seed), ("pca_seed", pca_seed)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise ValueError(f"{name} = {v!r} is invalid: expected an integer >= 0")

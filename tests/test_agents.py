@@ -14,7 +14,7 @@ from agents.kcenter import farthest_point
 from agents.qffl import weighted_sample
 from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX, SelectionSpec
 
-MY_AGENTS = ("kcenter", "afl", "qffl", "fedcs", "powd", "oort", "rbcsf")
+MY_AGENTS = ("kcenter", "kcenter_cover", "afl", "qffl", "fedcs", "rpow_d", "oort", "rbcsf")
 FI = FEATURE_INDEX
 
 
@@ -109,7 +109,7 @@ def test_same_seed_same_choices(name):
 
 @pytest.mark.parametrize("name, params, field", [
     ("afl", {"alpha1": 1.0}, "alpha1"), ("afl", {"alpha3": -0.1}, "alpha3"),
-    ("qffl", {"q": -1}, "q"), ("powd", {"d": 2}, "d"), ("powd", {"d": 11}, "d"),
+    ("qffl", {"q": -1}, "q"), ("rpow_d", {"d": 2}, "d"), ("rpow_d", {"d": 11}, "d"),
     ("fedcs", {"estimator": "mean"}, "estimator"), ("fedcs", {"lam": 0}, "lam"),
     ("oort", {"exploration_decay": 1.5}, "exploration_decay"), ("oort", {"pacer_step": 0}, "pacer_step"),
     ("rbcsf", {"beta": 0.5}, "beta"), ("rbcsf", {"v": -1}, "v"), ("rbcsf", {"lam": 0.0}, "lam"),
@@ -216,7 +216,7 @@ def test_weighted_sample_takes_every_positive_weight_before_zero_ones():
 def test_power_of_choice_keeps_the_highest_losses_of_its_candidate_set():
     spec = make_spec(n=15, k=3)
     rng = np.random.default_rng(7)
-    agent = started("powd", spec, make_obs(spec, rng), seed=7, d=7)
+    agent = started("rpow_d", spec, make_obs(spec, rng), seed=7, d=7)
     for _ in range(50):
         obs = make_obs(spec, rng)
         chosen = agent.select(obs)
@@ -234,10 +234,10 @@ def test_power_of_choice_candidates_are_drawn_proportional_to_n_k():
     ns = np.array([10, 20, 30, 40])
     spec = make_spec(n=4, k=1, num_samples=ns)
     obs = make_obs(spec, np.random.default_rng(0), available=np.ones(4))
-    agent = started("powd", spec, obs, seed=3, d=1)  # d = K = 1: the pick is the one candidate
+    agent = started("rpow_d", spec, obs, seed=3, d=1)  # d = K = 1: the pick is the one candidate
     counts = np.bincount([int(agent.select(obs)[0]) for _ in range(3000)], minlength=4)
     assert stats.chisquare(counts, 3000 * ns / ns.sum()).pvalue > 1e-3
-    assert agents.make("powd", make_spec(n=10, k=3)).d == 6  # default d = 2K
+    assert agents.make("rpow_d", make_spec(n=10, k=3)).d == 6  # default d = 2K
 
 
 # ---------------------------------------------------------------------- FedCS
@@ -286,12 +286,12 @@ def test_farthest_point_by_hand():
     np.testing.assert_array_equal(farthest_point(pts, np.array([0, 1, 2]), np.array([3]), 1), [0])
 
 
-def test_kcenter_covers_every_client_before_reuse():
+def test_kcenter_cover_covers_every_client_before_reuse():
     n, k = 10, 3
     spec = make_spec(n=n, k=k)
     rng = np.random.default_rng(0)
     obs = make_obs(spec, rng, available=np.ones(n))
-    agent = started("kcenter", spec, obs)
+    agent = started("kcenter_cover", spec, obs)
     first = agent.select(obs)
     np.testing.assert_array_equal(first, farthest_point(obs["weights"][1:].astype(np.float64), np.arange(n),
                                                         np.array([], dtype=int), k))
@@ -302,11 +302,11 @@ def test_kcenter_covers_every_client_before_reuse():
         assert sorted(sequence[cover * n:(cover + 1) * n]) == list(range(n))
 
 
-def test_kcenter_reuses_a_client_only_when_no_unused_one_is_available():
+def test_kcenter_cover_reuses_a_client_only_when_no_unused_one_is_available():
     n, k = 9, 3
     spec = make_spec(n=n, k=k)
     rng = np.random.default_rng(1)
-    agent = started("kcenter", spec, make_obs(spec, rng))
+    agent = started("kcenter_cover", spec, make_obs(spec, rng))
     reuses = 0
     for _ in range(40):
         obs = make_obs(spec, rng, available=rng.random(n) < 0.6)

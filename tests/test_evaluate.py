@@ -147,7 +147,7 @@ def test_common_random_numbers(default_run, tmp_path):
                  for r in default.values() if r["seed"] == seed}
         assert len(first) == 1
     assert default["random|fedavg|0"]["curves"]["accuracy"][0] != default["random|fedavg|1"]["curves"]["accuracy"][0]
-    assert default["random|fedavg|0"]["metrics"] != default["powd|fedavg|0"]["metrics"]
+    assert default["random|fedavg|0"]["metrics"] != default["rpow_d|fedavg|0"]["metrics"]
 
 
 def test_resume_skips_finished_episodes(tmp_path, monkeypatch):

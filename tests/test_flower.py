@@ -40,7 +40,7 @@ def test_flower_round(tmp_path, monkeypatch):
     env = FedSelectEnv(config=cfg)
     env_obs, _ = env.reset(seed=3)
     fed = env.federation
-    strategy = FedSelectStrategy(cfg, agent="powd", agent_seed=0, train_seed=fed.train_seed, timeout=60)
+    strategy = FedSelectStrategy(cfg, agent="rpow_d", agent_seed=0, train_seed=fed.train_seed, timeout=60)
     w0 = ArrayRecord(state_dict_of(fed.layout, fed.global_params))
     ray_tmp = tmp_path / "ray"
     ray_tmp.mkdir()

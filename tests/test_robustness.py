@@ -351,7 +351,7 @@ def test_robustness_metrics_counted_by_hand(make):
         np.mean(info["client_accuracies"]))
 
 
-@pytest.mark.parametrize("agent, params, honest_rate", [("powd", {"d": 12}, 0.5), ("afl", {}, 0.7)])
+@pytest.mark.parametrize("agent, params, honest_rate", [("rpow_d", {"d": 12}, 0.5), ("afl", {}, 0.7)])
 def test_loss_inflation_games_valuation_based_selection(agent, params, honest_rate, make):
     """Power-of-Choice and AFL trust reported losses: inflating them buys the attackers a seat every round."""
     rates = []

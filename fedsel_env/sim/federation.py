@@ -220,6 +220,12 @@ class Federation:
             self._loss_cache = after_cache  # F_k(w_{t+1}) of this round's responders, reused next round
         return diverged, improved
 
+    def query_losses(self, clients: np.ndarray) -> np.ndarray:
+        """F_k(w_t) as the listed clients report it when the server asks (attackers lie here too)."""
+        clients = np.asarray(clients, dtype=np.int64)
+        losses, rms = self.global_losses(clients)
+        return self.adversary.messages(clients, self.global_params, Upload(losses, rms)).losses
+
     # ---------------------------------------------------------------- helpers
     def generators(self, round_index: int, clients: np.ndarray) -> list:
         """One generator per client for this round: seeded by (train seed, round, client)."""

@@ -1,4 +1,4 @@
-"""Power-of-Choice client selection, π_pow-d (``powd``).
+"""Power-of-Choice client selection, π_pow-d (``pow_d``).
 
 Y. J. Cho, J. Wang, G. Joshi, "Client Selection in Federated Learning:
 Convergence Analysis and Power-of-Choice Selection Strategies", arXiv:2010.01243,
@@ -16,16 +16,19 @@ high-loss clients (faster convergence, a larger error floor). The paper's
 experiments use d ∈ {2K, 3K, 5K} (Fashion-MNIST, K = 3: d = 6, 9, 15); the default
 here is d = 2K, the smallest of them.
 
-Step 2 in the env: the server knows the loss each client last reported (the
-``loss`` feature, fresh for the clients that took part in the last round, stale
-for the others, every client's after the profiling round), which stands in for
-the candidates' report. Only available clients can be candidates. The K highest
-losses are taken among the candidates — indexing the candidate set, not the list
-of available clients (a published implementation sorts the wrong array).
+Step 2 is a real query: the candidates report F_k(w_t) on the **current** global
+model through the env's ``query_losses`` (``FedSelectEnv.query_losses``), which
+counts them (``info["loss_queries"]``) and in which attackers lie as they do in their
+reports. The agent must be bound to its env first (``agent.bind(env.unwrapped)``;
+``evaluate.py`` / ``fedsel_eval`` bind every agent). ``rpow_d`` (``agents/rpow_d.py``,
+π_rpow-d) ranks by the last reported, possibly stale, losses instead and asks nothing.
+Only available clients can be candidates. The K highest losses are taken among the
+candidates — indexing the candidate set, not the list of available clients (a
+published implementation sorts the wrong array).
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -36,7 +39,7 @@ from .base import SelectionAgent
 from .qffl import weighted_sample
 
 
-@AGENTS.register("powd")
+@AGENTS.register("pow_d")
 class PowerOfChoiceAgent(SelectionAgent):
     """π_pow-d: d candidates ∝ n_k, keep the K with the highest loss.
 
@@ -45,7 +48,7 @@ class PowerOfChoiceAgent(SelectionAgent):
     :param d: the candidate-set size, K ≤ d ≤ N (``None`` = 2K, capped at N).
     """
 
-    name = "powd"
+    name = "pow_d"
     supported_modes = ("one", "topk", "subset")
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, d: Optional[int] = None) -> None:
@@ -58,6 +61,19 @@ class PowerOfChoiceAgent(SelectionAgent):
                              f"(K = {self.k}, N = {n})")
         self.d = int(d)
         self.last_candidates = np.empty(0, dtype=np.int64)
+        self.query_losses: Optional[Callable[[np.ndarray], np.ndarray]] = None
+
+    def bind(self, env: Any) -> None:
+        """Step 2's channel: the env's ``query_losses`` (the candidates' F_k(w_t), counted as queries)."""
+        self.query_losses = env.query_losses
+
+    def candidate_losses(self, obs: Dict[str, np.ndarray], candidates: np.ndarray) -> np.ndarray:
+        """Step 2: the candidates' losses on the current global model, asked of them."""
+        if self.query_losses is None:
+            raise ValueError("pow_d asks its d candidates for their loss on the current global model: bind it to "
+                             "the env first (agent.bind(env.unwrapped); evaluate.py and fedsel_eval do), or use "
+                             "rpow_d, which ranks by the last reported losses and asks nothing")
+        return np.asarray(self.query_losses(candidates), dtype=np.float64)
 
     def candidates(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
         """Step 1: d available clients drawn without replacement ∝ n_k (all of them if fewer are available)."""
@@ -67,6 +83,6 @@ class PowerOfChoiceAgent(SelectionAgent):
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
         cand = self.candidates(obs)
         self.last_candidates = cand
-        loss = self.spec.feature(obs, "loss")[cand]
+        loss = self.candidate_losses(obs, cand)
         order = np.argsort(-loss, kind="stable")  # positions in the candidate set
         return cand[order[: self.k]]
