@@ -128,3 +128,13 @@ def test_query_losses_refuses_unavailable_or_repeated_clients():
     here = np.flatnonzero(env.view.available)
     with pytest.raises(ValueError, match="distinct"):
         env.query_losses(np.array([here[0], here[0]]))
+
+
+# ------------------------------------------------------------------ FedMGDA+'s default step schedule
+def test_fedmgda_decays_its_global_step_by_default_as_the_authors_scripts():
+    """SPEC §3.5: η_t = 1.0 · 0.89^⌊t/100⌋ by default (watml/Fed-MGDA's batch-10 FedMGDA+ runs)."""
+    from fedsel_env.sim.aggregators import make_aggregator
+
+    agg = make_aggregator("fedmgda+", {})
+    assert [agg.step_size(t) for t in (0, 99, 100, 250)] == pytest.approx([1.0, 1.0, 0.89, 0.89 ** 2])
+    assert make_aggregator("fedmgda+", {"decay": 1.0}).step_size(1000) == 1.0
