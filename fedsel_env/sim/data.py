@@ -33,7 +33,7 @@ import torch
 from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
 from ..registry import Registry, check_params
 from .data_files import DatasetNotFoundError  # noqa: F401  (re-exported: the loaders raise it)
-from .data_files import concat_idx_cached, file_key, locate_dataset, read_cifar_cached, read_idx
+from .data_files import concat_idx_cached, damaged, file_key, locate_dataset, read_cifar_cached, read_idx
 
 DATASETS = Registry("dataset")
 
@@ -341,7 +341,7 @@ def _load_idx_dataset(dataset: str, params: Dict[str, Any]) -> DataPool:
     x_tr, y_tr, x_te, y_te = (read_idx(p) for p in files)
     for x, y, p in ((x_tr, y_tr, files[0]), (x_te, y_te, files[2])):
         if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise ValueError(f"{p}: expected images (M, H, W) with M labels, got {x.shape} and {y.shape}")
+            raise damaged(p, f"expected images (M, H, W) with M labels beside them, got {x.shape} and {y.shape}")
     x, y = concat_idx_cached(tuple(file_key(p) for p in files))
     mean, std = NORMALISATION[dataset]
     return DataPool(x=x, y=y, num_classes=10, input_shape=(1,) + x.shape[2:], scale=1.0 / 255.0,

@@ -36,9 +36,23 @@ def file_key(path: Path) -> Tuple[str, int, int]:
     return str(path.resolve()), st.st_mtime_ns, st.st_size
 
 
+#: What to do about a damaged data file (every reader's error ends with it).
+REPLACE_FILE = ("the file is damaged or was cut short (an interrupted copy or download): delete it and copy it "
+                "again, or let torchvision fetch the data set afresh with dataset_params={'root': '<folder>', "
+                "'download': True}")
+
+
+def damaged(path: Union[str, os.PathLike], problem: str) -> ValueError:
+    """The error for a data file that cannot be decoded: the file, what is wrong, and the fix."""
+    return ValueError(f"data file {str(path)!r}: {problem}; {REPLACE_FILE}")
+
+
 def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        raw = f.read()
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read data file {path!r}: {e.strerror or e}") from None
     if not path.endswith(".gz"):
         return raw
     # One zlib call is faster than gzip's chunked reader; a multi-member file falls back to gzip.
@@ -46,24 +60,31 @@ def _read_bytes(path: str) -> bytes:
     try:
         out = d.decompress(raw)
     except zlib.error as e:
-        raise ValueError(f"{path} is not a valid gzip file: {e}") from None
-    return out if not d.unused_data and d.eof else gzip.decompress(raw)
+        raise damaged(path, f"not a valid gzip file ({e})") from None
+    if not d.eof:
+        raise damaged(path, f"truncated: its {len(raw)} bytes end before the gzip end-of-stream marker")
+    if not d.unused_data:
+        return out
+    try:
+        return gzip.decompress(raw)
+    except (EOFError, OSError, zlib.error) as e:
+        raise damaged(path, f"a later gzip member is damaged or truncated ({e})") from None
 
 
 @functools.lru_cache(maxsize=16)
 def _read_idx_cached(path: str, mtime_ns: int, size: int) -> np.ndarray:
     data = _read_bytes(path)
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an idx file (bad magic number {data[:4].hex()!r})")
+        raise damaged(path, f"not an idx file (bad magic number {data[:4].hex()!r})")
     ndim = data[3]
     header = 4 + 4 * ndim
     if ndim == 0 or len(data) < header:
-        raise ValueError(f"{path}: truncated idx header")
+        raise damaged(path, "truncated idx header")
     shape = tuple(int(s) for s in np.frombuffer(data, ">i4", ndim, offset=4))
     dtype = np.dtype(_IDX_DTYPES[data[2]])
     expected = header + int(np.prod(shape)) * dtype.itemsize
     if len(data) != expected:
-        raise ValueError(f"{path}: idx header promises shape {shape} ({expected} bytes), file has {len(data)}")
+        raise damaged(path, f"idx header promises shape {shape} ({expected} bytes), file has {len(data)}")
     arr = np.frombuffer(data, dtype, offset=header).reshape(shape)
     return arr  # frombuffer over bytes is read-only, so the cached array cannot be altered
 
@@ -95,14 +116,13 @@ def _find_files(folders: Sequence[Path], names: Sequence[str], gz_ok: bool) -> T
 
 
 def _candidate_folders(dataset: str, root: Optional[str]) -> List[Path]:
+    """Where to look: a root the user names is the only place (``<root>/<sub>``, then ``<root>``); without
+    one, Debian's Fashion-MNIST."""
     sub = {"fashion_mnist": "FashionMNIST/raw", "mnist": "MNIST/raw", "cifar10": "cifar-10-batches-py"}[dataset]
-    folders = []
     if root is not None:
         r = Path(root).expanduser()
-        folders += [r / sub, r]
-    if dataset == "fashion_mnist":
-        folders.append(DEBIAN_FASHION_MNIST)
-    return folders
+        return [r / sub, r]
+    return [DEBIAN_FASHION_MNIST] if dataset == "fashion_mnist" else []
 
 
 def _torchvision_download(dataset: str, root: str) -> None:
@@ -116,8 +136,9 @@ def _torchvision_download(dataset: str, root: str) -> None:
 def locate_dataset(dataset: str, root: Optional[str] = None, download: bool = False) -> List[Path]:
     """The files of ``dataset`` (``fashion_mnist``, ``mnist`` or ``cifar10``), downloading only if asked.
 
-    Searched in order: ``<root>/FashionMNIST/raw`` (``MNIST/raw``, ``cifar-10-batches-py``),
-    ``<root>``, and for Fashion-MNIST Debian's ``/usr/share/datasets/fashion-mnist``.
+    With a ``root``, only ``<root>/FashionMNIST/raw`` (``MNIST/raw``, ``cifar-10-batches-py``) and
+    ``<root>`` are searched: a root the user names is never silently replaced by another copy.
+    Without one, Fashion-MNIST is looked for in Debian's ``/usr/share/datasets/fashion-mnist``.
 
     :raises DatasetNotFoundError: naming every folder searched and how to get the data.
     """
@@ -136,12 +157,16 @@ def locate_dataset(dataset: str, root: Optional[str] = None, download: bool = Fa
     if files is None:
         searched = "; ".join(report) if report else "no folder (no 'root' was given)"
         ways = []
+        if root is not None:
+            ways.append(f"put the missing files in {str(Path(root).expanduser())!r} (only the root you name "
+                        f"is searched)")
         if dataset == "fashion_mnist":
             ways.append(f"install Debian's package (`apt-get install dataset-fashion-mnist`, which puts the "
-                        f"files in {DEBIAN_FASHION_MNIST})")
+                        f"files in {DEBIAN_FASHION_MNIST})" + (" and drop 'root'" if root is not None else ""))
         ways.append("pass dataset_params={'root': '<folder>', 'download': True} to let torchvision download "
                     "it into <folder> (network needed)")
-        ways.append("put the files in a folder and pass dataset_params={'root': '<folder>'}")
+        if root is None:
+            ways.append("put the files in a folder and pass dataset_params={'root': '<folder>'}")
         raise DatasetNotFoundError(
             f"dataset {dataset!r}: files {list(names)}{' (plain or .gz)' if gz_ok else ''} not found; searched: "
             f"{searched}. To get the data: " + "; or ".join(ways) + ".")
@@ -153,27 +178,43 @@ def concat_idx_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarra
     x_tr, y_tr, x_te, y_te = (_read_idx_cached(*k) for k in keys)
     x = np.concatenate([x_tr, x_te])[:, None, :, :]
     y = np.concatenate([y_tr, y_te]).astype(np.int64)
-    if y.min() < 0 or y.max() > 9:
-        raise ValueError(f"labels of {keys[1][0]} / {keys[3][0]} must lie in 0..9, got {y.min()}..{y.max()}")
+    if y.size and (y.min() < 0 or y.max() > 9):
+        raise damaged(keys[1][0] if (y_tr.size and (y_tr.min() < 0 or y_tr.max() > 9)) else keys[3][0],
+                      f"labels must lie in 0..9, got {y.min()}..{y.max()}")
     x.flags.writeable = False
     y.flags.writeable = False
     return x, y
+
+
+def _read_pickle(path: str):
+    """One CIFAR-10 batch (the official python pickle; read only from local files the user points at)."""
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f, encoding="bytes")
+    except OSError as e:
+        raise ValueError(f"cannot read data file {path!r}: {e.strerror or e}") from None
+    except Exception as e:  # a cut or garbled pickle: EOFError, UnpicklingError, ValueError, ...
+        raise damaged(path, f"not a readable CIFAR-10 pickle ({type(e).__name__}: {e})") from None
 
 
 @functools.lru_cache(maxsize=2)
 def read_cifar_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for path, _, _ in keys:
-        with open(path, "rb") as f:
-            batch = pickle.load(f, encoding="bytes")  # the official format; read only from local files
-        data, labels = batch.get(b"data"), batch.get(b"labels")
-        if data is None or labels is None or len(data) != len(labels) or np.asarray(data).shape[1:] != (3072,):
-            raise ValueError(f"{path} is not a CIFAR-10 batch (expected b'data' (M, 3072) and b'labels')")
-        xs.append(np.asarray(data, np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(labels, np.int64))
+        batch = _read_pickle(path)
+        data = batch.get(b"data") if isinstance(batch, dict) else None
+        labels = batch.get(b"labels") if isinstance(batch, dict) else None
+        try:
+            data, labels = np.asarray(data, np.uint8), np.asarray(labels, np.int64)
+        except (TypeError, ValueError, OverflowError):
+            data = None
+        if data is None or data.ndim != 2 or data.shape[1:] != (3072,) or labels.shape != (len(data),):
+            raise damaged(path, "not a CIFAR-10 batch (expected a dict of b'data' (M, 3072) uint8 and M b'labels')")
+        if labels.size and (labels.min() < 0 or labels.max() > 9):
+            raise damaged(path, f"CIFAR-10 labels must lie in 0..9, got {labels.min()}..{labels.max()}")
+        xs.append(data.reshape(-1, 3, 32, 32))
+        ys.append(labels)
     x, y = np.concatenate(xs), np.concatenate(ys)
-    if y.min() < 0 or y.max() > 9:
-        raise ValueError(f"CIFAR-10 labels must lie in 0..9, got {y.min()}..{y.max()}")
     x.flags.writeable = False
     y.flags.writeable = False
     return x, y
