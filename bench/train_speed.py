@@ -7,7 +7,7 @@ and with 2 ``SubprocVecEnv`` worker processes (one torch thread each); and the t
 step alone.
 
 Part 2 (``full``): the wall time of a full FAVOR training run on the default preset, exactly as
-``python train_agent.py --algo favor --env default`` runs it (its ``n_timesteps`` and ``n_envs`` from
+``python train_agent.py --algo favor+ --env default`` (FAVOR+, the variant of configs/favor+.yml) runs it (its ``n_timesteps`` and ``n_envs`` from
 ``configs/favor.yml``), then the deployed top-K agent against uniform random selection
 (``agents.make("random", spec)``) on the same federation and the same episode seeds (paired): mean
 rounds to the target (an episode that misses it counts its whole budget), how often the target is
@@ -53,7 +53,7 @@ def measure_speed(steps: int, warmup: int) -> Dict[str, Any]:
     from agents.favor import DoubleDQN
     from agents.training.envs import make_vec_env
 
-    setup = ta.prepare(ta.parse_args(["--algo", "favor", "--env", "default", "--runs-dir", "/tmp/fedsel_bench"]))
+    setup = ta.prepare(ta.parse_args(["--algo", "favor+", "--env", "default", "--runs-dir", "/tmp/fedsel_bench"]))
     kwargs = dict(setup["kwargs"], learning_starts=0)
     out: Dict[str, Any] = {"preset": "default", "steps": steps, "warmup": warmup, "hyperparams": {
         k: v for k, v in setup["hp"].items() if k != "env_config"}, "rates": {}}
@@ -134,7 +134,7 @@ def full_run(episodes: int, n_timesteps: int | None, name: str) -> Dict[str, Any
     """A full training run as train_agent.py does it, timed, then compared with random selection."""
     ta = _train_agent()
     runs = ROOT / "runs" / "bench"
-    argv = ["--algo", "favor", "--env", "default", "--runs-dir", str(runs), "--name", name, "--no-progress-bar"]
+    argv = ["--algo", "favor+", "--env", "default", "--runs-dir", str(runs), "--name", name, "--no-progress-bar"]
     if n_timesteps:
         argv += ["--n-timesteps", str(n_timesteps)]
     t = time.perf_counter()

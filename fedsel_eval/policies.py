@@ -20,18 +20,17 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import stable_baselines3
-import yaml
 
 import agents
 from agents.favor import DoubleDQN, read_env_config
-from fedsel_env.config import make_config
+from fedsel_env.config import make_config, read_yaml
 from fedsel_env.server_view import flatten
 
 from .params import label as _label
 from .params import parse_params
 
 #: SB3 algorithms (train_agent.py's ``--algo``) whose models are deployed as FAVOR's top-K agent.
-DQN_FAMILY = ("favor", "dqn")
+DQN_FAMILY = ("favor", "favor+", "dqn")
 #: Agents that live in modules ``agents/__init__`` does not import (they need Stable-Baselines3).
 OPTIONAL_AGENT_MODULES = {"favor": "agents.favor"}
 
@@ -133,8 +132,8 @@ def resolve_model(path: Union[str, Path]) -> Tuple[Path, str, Dict[str, Any]]:
     algo = None
     for folder in (zip_path.parent, zip_path.parent.parent):
         if (folder / "args.yaml").is_file():
-            with open(folder / "args.yaml") as f:
-                algo = (yaml.safe_load(f) or {}).get("algo")
+            saved = read_yaml(folder / "args.yaml", "run settings file")  # ValueError naming it: bad YAML
+            algo = saved.get("algo") if isinstance(saved, dict) else None
             break
     if algo is None:
         try:

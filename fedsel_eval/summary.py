@@ -35,6 +35,7 @@ METRICS: Dict[str, Tuple[str, str]] = {
     "mean_round_time": ("round time (s)", ".2f"),
     "improved_fraction": ("improved", ".2f"),
     "updates_sent": ("updates", ".0f"),
+    "loss_queries": ("loss queries", ".0f"),  # clients asked for their loss before a selection (pow_d)
     "rounds": ("rounds", ".1f"),
     "sim_time": ("sim. time (s)", ".0f"),
     "episode_return": ("return", ".2f"),

@@ -164,9 +164,9 @@ def test_command_line_reports_bad_arguments():
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("algo", ["favor", "dqn"])
+@pytest.mark.parametrize("algo", ["favor+", "dqn"])
 def test_default_preset_entries_train_as_documented(algo, tmp_path):
-    """configs/{favor,dqn}.yml's default-preset entries: one client a step counted as 1/K of a round, d = 5,
+    """configs/{favor+,dqn}.yml's default-preset entries: one client a step counted as 1/K of a round, d = 5,
     γ = 0.9 (docs/TRAINING.md); deployment runs ordinary FedAvg rounds at the same d."""
     from agents.favor import deployment_config
     from fedsel_env.env import FedSelectEnv
@@ -179,3 +179,21 @@ def test_default_preset_entries_train_as_documented(algo, tmp_path):
     train_env, deployed = FedSelectEnv(config=cfg), FedSelectEnv(config=deployment_config(cfg))
     assert train_env.server_step == 0.2 and train_env.max_steps == 5 * cfg["max_rounds"]
     assert deployed.server_step == 1.0 and deployed.pca_components == 5
+
+
+def test_favor_entries_are_the_papers(tmp_path):
+    """configs/favor.yml is FAVOR as the paper trains it (#17): the PCA weights only with d = min(100, N + 1),
+    one whole client a round, w_0 and the basis fixed per federation, no masking; favor+ is the named variant."""
+    from fedsel_env.env import FedSelectEnv
+
+    for env in ("default", "tiny", "favor_fmnist"):
+        setup = train_agent.prepare(train_agent.parse_args(["--algo", "favor", "--env", env,
+                                                            "--runs-dir", str(tmp_path / env)]))
+        cfg = setup["env_config"]
+        assert cfg["flat_parts"] == ["weights"] and cfg["pca_components"] is None
+        assert cfg["one_mode_step"] == 1.0 and cfg["init"] == "federation"
+        assert setup["hp"]["mask_actions"] is False
+    assert FedSelectEnv(preset="default").pca_components == 21  # d = min(100, N + 1) on the default preset
+    plus = train_agent.prepare(train_agent.parse_args(["--algo", "favor+", "--env", "tiny",
+                                                       "--runs-dir", str(tmp_path / "plus")]))
+    assert plus["env_config"]["one_mode_step"] == "1/K" and plus["hp"]["mask_actions"] is True

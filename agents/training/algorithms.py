@@ -13,7 +13,10 @@ from typing import Any, Callable, Dict, Mapping
 #: What each algorithm is and which action modes (spaces) it can act in.
 ALGOS: Dict[str, Dict[str, Any]] = {
     "favor": {"cls": "agents.favor:DoubleDQN", "modes": ("one",), "off_policy": True,
-              "about": "FAVOR's Double DQN (seed 002), trained in the 'one' mode, deployed as top-K"},
+              "about": "FAVOR's Double DQN (seed 002) as the paper trains it (configs/favor.yml), in the "
+                       "'one' mode, deployed as top-K"},
+    "favor+": {"cls": "agents.favor:DoubleDQN", "modes": ("one",), "off_policy": True,
+               "about": "FAVOR+, this suite's variant of FAVOR: the departures listed in configs/favor+.yml"},
     "dqn": {"cls": "stable_baselines3:DQN", "modes": ("one",), "off_policy": True,
             "about": "SB3's vanilla DQN, deployed as top-K like FAVOR"},
     "ppo": {"cls": "stable_baselines3:PPO", "modes": ("one", "topk", "subset"), "off_policy": False,
@@ -40,7 +43,7 @@ def check_action_mode(algo: str, mode: Any) -> None:
         raise ValueError(
             f"--algo {algo} cannot act in action_mode {mode!r} ({MODE_SPACES.get(mode, '?')}): it needs "
             f"{[f'{m} ({MODE_SPACES[m]})' for m in modes]}. Algorithms for {mode!r}: {fits}"
-            + (" (FAVOR is trained in 'one' and deployed in 'topk' automatically)" if algo in ("favor", "dqn") else ""))
+            + (" (FAVOR is trained in 'one' and deployed in 'topk' automatically)" if algo in ("favor", "favor+", "dqn") else ""))
 
 
 def algorithm_class(algo: str) -> type:

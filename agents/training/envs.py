@@ -25,8 +25,8 @@ def build_env_config(algo: str, preset: Optional[str], explicit: Mapping[str, An
 
     check_action_mode(algo, explicit.get("action_mode"))
     cfg = make_config({**dict(algo_env_config), **dict(explicit)}, preset=preset)
-    if algo == "favor" and cfg["observation"] != "flat":
-        raise ValueError("--algo favor needs observation: flat (FAVOR's Q-network reads the flattened state); "
+    if algo in ("favor", "favor+") and cfg["observation"] != "flat":
+        raise ValueError(f"--algo {algo} needs observation: flat (FAVOR's Q-network reads the flattened state); "
                          f"got observation {cfg['observation']!r}")
     return cfg
 
