@@ -44,6 +44,7 @@ from gymnasium import spaces
 from stable_baselines3 import DQN
 from torch.nn import functional as F
 
+from fedsel_env.config import read_yaml
 from fedsel_env.server_view import flatten
 from fedsel_env.spec import SelectionSpec
 
@@ -171,14 +172,11 @@ def read_env_config(model_path: Union[str, Path]) -> Dict[str, Any]:
 
     :raises ValueError: if no such file exists.
     """
-    import yaml
-
     p = Path(model_path)
     for folder in (p.parent, p.parent.parent):
         f = folder / ENV_CONFIG_FILE
         if f.is_file():
-            with open(f) as fh:
-                cfg = yaml.safe_load(fh)
+            cfg = read_yaml(f, "env config")  # ValueError naming the file: not UTF-8, bad YAML
             if not isinstance(cfg, dict):
                 raise ValueError(f"{str(f)!r} must hold a mapping of env config keys")
             return cfg

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Sequence, Union
 
-import yaml
+from fedsel_env.config import parse_yaml
 
 
 def split_items(text: str) -> List[str]:
@@ -45,10 +45,7 @@ def parse_params(items: Union[str, Sequence[str]], what: str) -> Dict[str, Any]:
                              f"(e.g. 'v=10,beta=0.1')")
         if key in out:
             raise ValueError(f"parameter {key!r} given twice for {what}")
-        try:
-            out[key] = yaml.safe_load(value) if value.strip() else None
-        except yaml.YAMLError as e:
-            raise ValueError(f"bad value {value!r} of parameter {key!r} for {what}: {e}") from None
+        out[key] = parse_yaml(value, f"value {value!r} of parameter {key!r} for {what}") if value.strip() else None
     return out
 
 

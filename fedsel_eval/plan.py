@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import yaml
 
 import agents
 from fedsel_env.sim.aggregators import AGGREGATORS, make_aggregator
-from fedsel_env.config import make_config, resolve_env
+from fedsel_env.config import make_config, read_yaml, resolve_env
 from fedsel_env.env import FedSelectEnv
 
 from .episodes import keep_env
@@ -129,10 +128,7 @@ def load_eval_config(path: Union[str, Path]) -> Dict[str, Any]:
     :raises ValueError: for a missing file, a non-mapping, or an unknown key (listing the allowed ones).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"eval config file {str(p)!r} does not exist")
-    with open(p) as f:
-        data = yaml.safe_load(f) or {}
+    data = read_yaml(p, "eval config file") or {}  # ValueError naming the file: missing, not UTF-8, bad YAML
     if not isinstance(data, dict):
         raise ValueError(f"eval config file {str(p)!r} must hold a mapping of {list(EVAL_CONFIG_KEYS)}")
     unknown = sorted(set(data) - set(EVAL_CONFIG_KEYS))

@@ -57,8 +57,7 @@ class RunFolder:
                 raise ValueError(f"run folder {str(run.path)!r} already holds an evaluation: pass --resume to "
                                  f"finish it (finished episodes are kept), --overwrite to start over, or "
                                  f"another --name / --out")
-            with open(stored) as f:
-                old = json.load(f)
+            old = _read_config(stored)
             # the env's name is only a title: the same config reached as a preset or an env id is the same run
             diffs = config_differences({k: v for k, v in old.items() if k != "env"},
                                        {k: v for k, v in jsonable(config).items() if k != "env"})
@@ -78,14 +77,21 @@ class RunFolder:
         path = self.path / EPISODES_FILE
         if not path.is_file():
             return []
-        text = path.read_text()
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            number = raw.count(b"\n", 0, e.start) + 1
+            raise ValueError(f"{str(path)!r}, line {number}, is damaged: not UTF-8 text. "
+                             f"Delete that line (its episode is run again on --resume), or start over with "
+                             f"--overwrite") from None
         complete, _, partial = text.rpartition("\n")
         if partial:  # an append interrupted mid-line: keep the complete lines only
             atomic_write_text(path, complete + "\n" if complete else "")
         records, seen = [], set()
-        for line in complete.splitlines():
+        for number, line in enumerate(complete.split("\n"), 1):
             if line.strip():
-                r = json.loads(line)
+                r = _episode_record(path, number, line)
                 if r["key"] not in seen:
                     seen.add(r["key"])
                     records.append(r)
@@ -105,6 +111,32 @@ class RunFolder:
         atomic_write_text(self.path / SUMMARY_CSV, summary_csv(rows))
         atomic_write_text(self.path / SUMMARY_MD, md)
         return md
+
+
+def _read_config(path: Path) -> Dict[str, Any]:
+    """A run folder's ``config.json``. :raises ValueError: naming the file and the fix when it is damaged."""
+    try:
+        old = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+        old = e
+    if not isinstance(old, dict):
+        problem = f"not valid JSON ({old})" if isinstance(old, Exception) else "not a JSON object"
+        raise ValueError(f"--resume: {str(path)!r} is damaged: {problem}; its evaluation cannot be checked. "
+                         f"Start over with --overwrite (finished episodes are lost), or use another --name / --out")
+    return old
+
+
+def _episode_record(path: Path, number: int, line: str) -> Dict[str, Any]:
+    """One complete line of ``episodes.jsonl``. :raises ValueError: naming the file, the line and the fix."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        record = e
+    if not isinstance(record, dict) or "key" not in record:
+        problem = f"not valid JSON ({record})" if isinstance(record, Exception) else "not an episode record"
+        raise ValueError(f"{str(path)!r}, line {number}, is damaged: {problem}. Delete that line (its episode is "
+                         f"run again on --resume), or start over with --overwrite")
+    return record
 
 
 def config_differences(old: Any, new: Any, prefix: str = "") -> List[str]:

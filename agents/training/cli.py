@@ -10,7 +10,7 @@ import argparse
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
-import yaml
+from fedsel_env.config import parse_yaml
 
 from .algorithms import ALGOS
 
@@ -73,7 +73,7 @@ def parse_key_values(items: Sequence[str], what: str) -> Dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--{what} expects KEY=VALUE items, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = parse_yaml(value, f"--{what} value {value!r} of {key.strip()!r}")
     return out
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import yaml
+from fedsel_env.config import read_yaml
 
 from .algorithms import algorithm_class, is_off_policy
 from .atomic import atomic_write_yaml
@@ -47,18 +47,22 @@ def resumed_settings(args: Any) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
     saved = run_dir / "args.yaml"
     if not saved.is_file():
         raise ValueError(f"--resume: no run to continue at {str(run_dir)!r} (no args.yaml)")
-    with open(saved) as f:
-        old = yaml.safe_load(f)
+    old = _settings(saved)
     # the run's own settings win; only the bookkeeping flags of this call are kept
     keep = {k: getattr(args, k) for k in RESUME_KEEPS}
     if args.n_timesteps is not None:  # a longer (or shorter) run may be asked for when resuming
         keep["n_timesteps"] = args.n_timesteps
     args = dataclasses.replace(args, **{**old, **keep})
-    with open(run_dir / "env_config.yaml") as f:
-        env_config = yaml.safe_load(f)
-    with open(run_dir / "hyperparams.yaml") as f:
-        hp = yaml.safe_load(f)
-    return args, env_config, hp
+    return args, _settings(run_dir / "env_config.yaml"), _settings(run_dir / "hyperparams.yaml")
+
+
+def _settings(path: Path) -> Dict[str, Any]:
+    """One of a run's settings files: a mapping. :raises ValueError: naming the file and the fix."""
+    data = read_yaml(path, "run settings file")  # missing, not UTF-8, bad YAML
+    if not isinstance(data, dict):
+        raise ValueError(f"run settings file {str(path)!r} must hold a mapping; it was damaged: restore it, "
+                         f"or start the run again under another --name")
+    return data
 
 
 def save_settings(run_dir: Path, args: Any, env_config: Mapping[str, Any], hp: Mapping[str, Any]) -> None:
