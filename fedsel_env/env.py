@@ -25,6 +25,7 @@ from .actions import ACTION_MODES
 from .sim.aggregators import make_aggregator
 from .config import make_config
 from .sim.data import build_federated_data
+from .sim.device import resolve_device
 from .episode_info import EpisodeTally
 from .sim.federation import EpisodeSeeds, Federation
 from .sim.models import make_model, num_parameters
@@ -48,6 +49,7 @@ class FedSelectEnv(gym.Env):
                  render_mode: Optional[str] = None) -> None:
         super().__init__()
         self.config = cfg = make_config(config, preset=preset)
+        self.device = resolve_device(cfg["device"], cfg["workers"])  # CUDA where torch sees none: ValueError now
         self.num_clients, self.k = cfg["num_clients"], cfg["clients_per_round"]
         # Checked at construction, so a bad name fails before any training: reward, backend, action mode.
         self.reward_fn = make_reward(cfg["reward"], cfg["reward_params"])

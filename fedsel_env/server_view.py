@@ -42,6 +42,9 @@ class WeightPCA:
     :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
     :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
     :param seed: the PCA's ``random_state``.
+
+    The fit is scikit-learn's, on the host; the projection runs on the device of the weights it is given
+    (the simulator's ``device``: the basis is copied there once) and returns numpy for the observation.
     """
 
     def __init__(self, stacked: np.ndarray, components: int, seed: int) -> None:
@@ -54,10 +57,14 @@ class WeightPCA:
         if d < components:
             comps = torch.cat([comps, torch.zeros(components - d, comps.shape[1], dtype=torch.float64)])
         self.components = comps
+        self._on: Dict[torch.device, tuple] = {self.mean.device: (self.mean, self.components)}
 
     def project(self, flat: torch.Tensor) -> np.ndarray:
-        """PCA coordinates: (P,) → (d,), (K, P) → (K, d)."""
-        return ((flat.to(torch.float64) - self.mean) @ self.components.T).numpy()
+        """PCA coordinates: (P,) → (d,), (K, P) → (K, d), computed where ``flat`` lives."""
+        if flat.device not in self._on:
+            self._on[flat.device] = (self.mean.to(flat.device), self.components.to(flat.device))
+        mean, components = self._on[flat.device]
+        return ((flat.to(torch.float64) - mean) @ components.T).cpu().numpy()
 
 
 def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, seed: int):
@@ -66,12 +73,12 @@ def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, se
     A local model that blew up (an exploding learning rate) says nothing about the weight space: the
     map is fitted with w_0 in its place, and its row is w_0's.
     """
-    stacked = torch.cat([w0.unsqueeze(0), local]).to(torch.float64).numpy()
+    stacked = torch.cat([w0.unsqueeze(0), local]).cpu().to(torch.float64).numpy()  # the server receives them
     with np.errstate(over="ignore"):
         broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))
     stacked[broken] = stacked[0]
     pca = WeightPCA(stacked, components, seed)
-    return pca, pca.project(torch.from_numpy(stacked)), int(broken.sum())
+    return pca, pca.project(torch.from_numpy(stacked).to(w0.device)), int(broken.sum())
 
 
 # ---------------------------------------------------------------------------------- the parts

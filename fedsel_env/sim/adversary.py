@@ -317,13 +317,13 @@ class Adversary(HonestClients):
         """
         if not self.forges_updates or local.shape[0] == 0:
             return local
-        rows = torch.from_numpy(np.flatnonzero(self.is_attacker[np.asarray(clients, dtype=np.int64)]))
+        rows = torch.from_numpy(np.flatnonzero(self.is_attacker[np.asarray(clients, dtype=np.int64)])).to(local.device)
         if rows.numel() == 0:
             return local
         update = torch.zeros_like(local[rows]) if self.free_rider else local[rows] - global_params.unsqueeze(0)
         forged = global_params.unsqueeze(0) + self.update_scale * update
         if self.bias_direction is not None:
-            forged = forged + self.update_bias * self.bias_direction.to(local.dtype)
+            forged = forged + self.update_bias * self.bias_direction.to(device=local.device, dtype=local.dtype)
         out = local.clone()
         out[rows] = forged
         return out
@@ -333,12 +333,13 @@ class Adversary(HonestClients):
         if not self.forges_updates or gradients.shape[0] == 0:
             return gradients
         rows = torch.from_numpy(np.flatnonzero(self.is_attacker[np.asarray(clients, dtype=np.int64)]))
+        rows = rows.to(gradients.device)
         if rows.numel() == 0:
             return gradients
         g = torch.zeros_like(gradients[rows]) if self.free_rider else gradients[rows]
         forged = self.update_scale * g
         if self.bias_direction is not None:
-            forged = forged + self.update_bias * self.bias_direction.to(gradients.dtype)
+            forged = forged + self.update_bias * self.bias_direction.to(device=gradients.device, dtype=gradients.dtype)
         out = gradients.clone()
         out[rows] = forged
         return out

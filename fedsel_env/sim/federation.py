@@ -30,6 +30,7 @@ import torch
 
 from .adversary import Adversary, HonestClients, Upload
 from .aggregators import ClientUpdates, make_aggregator
+from .device import gradient_chunk, resolve_device, training_chunk, use_deterministic
 from .models import init_params
 from .parallel import ParallelTrainer, WorkerPool
 from .system import SystemModel
@@ -105,6 +106,10 @@ class Federation:
     :param pool: worker processes to share the training and evaluation with (``fedsel_env/sim/parallel.py``);
         ``None``: all of it in this process.
     :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate.
+
+    On the config's ``device`` (``fedsel_env/sim/device.py``) live the data (uploaded here, once per
+    federation), the global and local models, the training, aggregation, evaluation and loss passes;
+    what a server receives comes to the host: the clients' losses, the evaluation's numbers.
     """
 
     def __init__(self, cfg: Dict, data, model: torch.nn.Module, pool: Optional[WorkerPool] = None,
@@ -117,17 +122,23 @@ class Federation:
         # A batch larger than the largest client is that client's whole data: capping B changes no
         # result and keeps the (steps, K, B) minibatch plan from allocating B rows per client.
         batch_size = min(int(cfg["batch_size"]), max(int(np.diff(data.train_offsets).max()), 1))
-        kwargs = dict(model=model, x_train=data.x_train, y_train=data.y_train, train_offsets=data.train_offsets,
-                      batch_size=batch_size, lr=cfg["lr"], local_epochs=cfg["local_epochs"],
-                      momentum=cfg["momentum"])
+        self.device = dev = resolve_device(cfg.get("device", "cpu"), cfg["workers"])
+        use_deterministic(dev)
+        # on the CPU .to() returns the same tensors (the worker pool shares them); on a GPU, one upload
+        self.x_test, self.y_test = data.x_test.to(dev), data.y_test.to(dev)
+        kwargs = dict(model=model, x_train=data.x_train.to(dev), y_train=data.y_train.to(dev),
+                      train_offsets=data.train_offsets, batch_size=batch_size, lr=cfg["lr"],
+                      local_epochs=cfg["local_epochs"], momentum=cfg["momentum"],
+                      chunk_clients=training_chunk(dev, model, data.input_shape, batch_size),
+                      gradient_chunk=gradient_chunk(dev, model, data.input_shape))
         self.trainer = BatchedTrainer(**kwargs)
         if pool is not None and pool.size > 0:
-            self.trainer = ParallelTrainer(self.trainer, kwargs, data.x_test, data.y_test, pool)
+            self.trainer = ParallelTrainer(self.trainer, kwargs, self.x_test, self.y_test, pool)
         self.layout = self.trainer.layout
         self.num_samples = np.asarray(data.num_samples, dtype=np.int64)
-        self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets)))
+        self.test_owner = torch.from_numpy(np.repeat(np.arange(self.n), np.diff(data.test_offsets))).to(dev)
         self.test_counts = np.diff(data.test_offsets).astype(np.float64)
-        self.global_params: torch.Tensor = torch.zeros(self.layout.size)
+        self.global_params: torch.Tensor = torch.zeros(self.layout.size, device=dev)
         self.round = 0
         self._loss_cache: Dict[int, tuple] = {}  # client -> (F_k, rms) under the current global model
 
@@ -145,7 +156,9 @@ class Federation:
                                   draws=np.random.default_rng(int(seeds.system)))
         self.adversary: HonestClients = Adversary(cfg["adversary"], n, seeds.federation, seeds.system,
                                                   self.layout.size)
+        # drawn on the CPU from the seed (the same w_0 on every device), then moved
         w0 = self.layout.flatten(init_params(self.model, torch.Generator().manual_seed(int(seeds.init))))
+        w0 = w0.to(self.device)
         self.aggregator.reset(w0)
         self.global_params, self.round, self._loss_cache = w0.clone(), 0, {}
         self.system.draw_round()  # the profiling round's contexts
@@ -187,8 +200,9 @@ class Federation:
             sent = self.adversary.messages(responders, w_t, honest)
             w_next = self.aggregator.aggregate(ClientUpdates(
                 global_params=w_t, local_params=sent.local_models, gradients=sent.gradients,
-                num_samples=torch.as_tensor(self.num_samples[responders], dtype=torch.float32),
-                losses_before=torch.as_tensor(sent.losses, dtype=torch.float32), client_ids=responders,
+                num_samples=torch.as_tensor(self.num_samples[responders], dtype=torch.float32, device=self.device),
+                losses_before=torch.as_tensor(sent.losses, dtype=torch.float32, device=self.device),
+                client_ids=responders,
                 lr=float(self.trainer.lr), round=round_index))
             if self.server_step != 1.0:
                 w_next = w_t + self.server_step * (w_next - w_t)
@@ -234,8 +248,9 @@ class Federation:
     @torch.no_grad()
     def evaluate(self, flat: torch.Tensor) -> Evaluation:
         """Global accuracy and loss over all clients' test data, and each client's test accuracy."""
-        loss, correct = self.trainer.per_sample_losses(flat, self.data.x_test, self.data.y_test)
-        per_client = torch.bincount(self.test_owner, weights=correct.double(), minlength=self.n).numpy()
+        loss, correct = self.trainer.per_sample_losses(flat, self.x_test, self.y_test)
+        # each client's count of correct answers (exact; a weighted bincount is not deterministic on a GPU)
+        per_client = torch.bincount(self.test_owner[correct > 0], minlength=self.n).double().cpu().numpy()
         per_client = per_client / np.maximum(self.test_counts, 1.0)
         return Evaluation(accuracy=float(correct.double().mean()), loss=float(loss.double().mean()),
                           client_accuracies=per_client)

@@ -61,19 +61,25 @@ class BatchedTrainer:
     :param lr: η.
     :param local_epochs: E.
     :param momentum: SGD momentum (PyTorch's convention, no dampening).
-    :param chunk_clients: the most clients trained in one vmapped call (bounds memory at large N).
+    :param chunk_clients: the most clients trained in one vmapped call (bounds memory at large N; on a GPU
+        the federation picks it from the free memory, ``fedsel_env/sim/device.py``).
+    :param gradient_chunk: the most clients in one vmapped full-gradient step; ``None``: all at once.
+
+    Everything runs on the device of ``x_train`` (the data, the stacked parameters, the masks); the
+    minibatch plans are drawn on the host with numpy, so they are the same on every device.
     """
 
     def __init__(self, model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
                  train_offsets: np.ndarray, batch_size: int, lr: float, local_epochs: int = 1,
-                 momentum: float = 0.0, chunk_clients: int = 128) -> None:
+                 momentum: float = 0.0, chunk_clients: int = 128, gradient_chunk: Optional[int] = None) -> None:
         self.model = model
         self.layout = ParamLayout(model)
         self.x, self.y = x_train, y_train
         self.offsets = np.asarray(train_offsets, dtype=np.int64)
         self.sizes = np.diff(self.offsets)
         self.batch_size, self.lr, self.epochs, self.momentum = batch_size, lr, local_epochs, momentum
-        self.chunk = chunk_clients
+        self.chunk, self.gradient_chunk = chunk_clients, gradient_chunk
+        self.device = x_train.device
 
         model_ref = model
 
@@ -135,12 +141,17 @@ class BatchedTrainer:
         for s in range(0, len(client_ids), self.chunk):
             ids, gens = client_ids[s:s + self.chunk], generators[s:s + self.chunk]
             outs.append(self._train_chunk(global_flat, ids, gens, prox_mu, epochs))
+        if len(outs) == 1:
+            return outs[0]
         return torch.cat(outs) if outs else global_flat.new_zeros((0, self.layout.size))
 
     def _train_chunk(self, global_flat: torch.Tensor, ids: List[int], gens: Sequence[np.random.Generator],
                      prox_mu: float, epochs: Optional[int]) -> torch.Tensor:
         k = len(ids)
         idx, mask = self.batch_plan(ids, gens, epochs)
+        active_steps = mask.sum(dim=2) > 0  # (S, K): which clients still have samples in each step
+        all_active = active_steps.all(dim=1).tolist()  # on the host: no device sync inside the loop
+        idx, mask, active_steps = idx.to(self.device), mask.to(self.device), active_steps.to(self.device)
         anchor = self.layout.unflatten(global_flat)
         flat = global_flat.unsqueeze(0).repeat(k, 1)
         params = self.layout.unflatten(flat)  # views into `flat`: updated in place below
@@ -149,21 +160,20 @@ class BatchedTrainer:
         with torch.no_grad():
             for s in range(idx.shape[0]):
                 m = mask[s]
-                active = m.sum(dim=1) > 0
+                active = active_steps[s]
                 x, y = self.x[idx[s]], self.y[idx[s]]
                 with torch.enable_grad():
                     grads = self._grad(params, x, y, m, anchor, prox_mu)
-                all_active = bool(active.all())
                 for i, n in enumerate(self.layout.names):
                     g = grads[n]
                     if bufs is not None:
                         new_buf = bufs[i] * self.momentum + g
-                        if not all_active:
+                        if not all_active[s]:
                             a = active.view(-1, *([1] * (g.dim() - 1)))
                             new_buf = torch.where(a, new_buf, bufs[i])
                         bufs[i] = new_buf
                         g = new_buf
-                    if not all_active:
+                    if not all_active[s]:
                         g = g * active.view(-1, *([1] * (g.dim() - 1))).to(g.dtype)
                     params[n].sub_(lr * g)
         return flat
@@ -175,9 +185,13 @@ class BatchedTrainer:
         k = len(client_ids)
         if k == 0:
             return global_flat.new_zeros((0, self.layout.size))
+        chunk = self.gradient_chunk or k
+        if k > chunk:  # a GPU's memory bounds how many clients one step holds
+            return torch.cat([self.full_gradients(global_flat, client_ids[s:s + chunk], rows_per_step)
+                              for s in range(0, k, chunk)])
         sizes = [int(self.sizes[c]) for c in client_ids]
         n_max = max(sizes)
-        acc = torch.zeros(k, self.layout.size, dtype=global_flat.dtype)
+        acc = torch.zeros(k, self.layout.size, dtype=global_flat.dtype, device=global_flat.device)
         params = self.layout.unflatten(global_flat.unsqueeze(0).repeat(k, 1))
         for start in range(0, n_max, rows_per_step):
             width = min(rows_per_step, n_max - start)
@@ -188,10 +202,10 @@ class BatchedTrainer:
                 if hi > start:
                     idx[j, :hi - start] = np.arange(start, hi) + self.offsets[c]
                     mask[j, :hi - start] = 1.0
-            idx_t = torch.from_numpy(idx)
-            g = self._grad_sum(params, self.x[idx_t], self.y[idx_t], torch.from_numpy(mask))
+            idx_t = torch.from_numpy(idx).to(self.device)
+            g = self._grad_sum(params, self.x[idx_t], self.y[idx_t], torch.from_numpy(mask).to(self.device))
             acc += self.layout.flatten(g, batched=True)
-        return acc / torch.tensor(sizes, dtype=acc.dtype).unsqueeze(1)
+        return acc / torch.tensor(sizes, dtype=acc.dtype, device=acc.device).unsqueeze(1)
 
     # ------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -217,7 +231,7 @@ class BatchedTrainer:
             losses.append(lse - logits.gather(1, yy.unsqueeze(1)).squeeze(1))
             correct.append((pred == yy).to(torch.float32))
         if not losses:
-            return torch.zeros(0), torch.zeros(0)
+            return torch.zeros(0, device=x.device), torch.zeros(0, device=x.device)
         return torch.cat(losses), torch.cat(correct)
 
     def client_losses(self, flat: torch.Tensor, client_ids: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
@@ -227,9 +241,11 @@ class BatchedTrainer:
             return np.zeros(0), np.zeros(0)
         rows = np.concatenate([np.arange(self.offsets[c], self.offsets[c + 1]) for c in client_ids])
         owner = np.repeat(np.arange(client_ids.size), self.sizes[client_ids])
-        rows_t = torch.from_numpy(rows)
+        rows_t = torch.from_numpy(rows).to(self.device)
         l, _ = self.per_sample_losses(flat, self.x[rows_t], self.y[rows_t])
-        l = l.double().numpy()
+        # the clients' reported F_k: their per-sample losses come to the host and are summed there in float64
+        # (as always on the CPU; on a GPU a weighted bincount would not be deterministic)
+        l = l.double().cpu().numpy()
         n = self.sizes[client_ids].astype(np.float64)
         mean = np.bincount(owner, weights=l, minlength=client_ids.size) / n
         rms = np.sqrt(np.bincount(owner, weights=l * l, minlength=client_ids.size) / n)
