@@ -209,17 +209,91 @@ def env_id(preset: Optional[str]) -> str:
 
 
 def load_config(path: Union[str, Path]) -> Dict[str, Any]:
-    """Read a YAML config file of ``DEFAULT_CONFIG``'s keys (plus an optional ``preset`` key)."""
+    """Read a YAML config file of ``DEFAULT_CONFIG``'s keys (plus an optional ``preset`` key).
+
+    :raises ValueError: naming the file and the fix (see :func:`read_yaml`), or when it is not a mapping.
+    """
+    data = read_yaml(path, "config file") or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {str(path)!r} must hold a mapping of config keys")
+    return data
+
+
+# --- YAML, read strictly: the one reader of every YAML file and value a user writes -----------------
+_YAML_LOADER: list = []
+
+
+def _strict_yaml_loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+    if not _YAML_LOADER:
+        import yaml
+
+        class StrictLoader(yaml.SafeLoader):
+            def construct_mapping(self, node, deep=False):
+                if isinstance(node, yaml.MappingNode):
+                    seen = set()
+                    for key_node, _ in node.value:
+                        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` then overrides is fine
+                            continue
+                        key = self.construct_object(key_node, deep=True)
+                        try:
+                            duplicate = key in seen
+                        except TypeError:  # an unhashable key: SafeLoader's own error follows
+                            continue
+                        if duplicate:
+                            raise yaml.constructor.ConstructorError(
+                                "while constructing a mapping", node.start_mark,
+                                f"found key {key!r} twice (remove one)", key_node.start_mark)
+                        seen.add(key)
+                return super().construct_mapping(node, deep)
+
+        _YAML_LOADER.append(StrictLoader)
+    return _YAML_LOADER[0]
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML error as one line: what is wrong and where (line and column, 1-based)."""
+    problem = getattr(e, "problem", None) or str(e)
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    context = getattr(e, "context", None)
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """The value of YAML ``text`` (a file's contents or a ``KEY=VALUE`` value), read strictly.
+
+    :param what: what the text is, named in errors (e.g. ``"config file 'env.yml'"``).
+    :raises ValueError: for a syntax error (where it is) or a key given twice, naming ``what``.
+    """
     import yaml
 
+    try:
+        return yaml.load(text, Loader=_strict_yaml_loader())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{what} is not valid YAML: {_yaml_problem(e)}; correct it there") from None
+
+
+def read_yaml(path: Union[str, Path], what: str = "YAML file") -> Any:
+    """The YAML document in file ``path``, read strictly (UTF-8, no key twice in one mapping).
+
+    :param what: what the file is, named in errors (``"config file"``, ``"eval config file"``, ...).
+    :raises ValueError: naming the file and the fix when it is missing or unreadable, not UTF-8 text,
+        not valid YAML (with the line and column) or gives a key twice.
+    """
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"config file {str(p)!r} does not exist")
-    with open(p) as f:
-        data = yaml.safe_load(f) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {str(p)!r} must hold a mapping of config keys")
-    return data
+        raise ValueError(f"{what} {str(p)!r} does not exist")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {str(p)!r}: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} {str(p)!r} is not UTF-8 text (byte {e.start} is {raw[e.start:e.start + 1]!r}): "
+                         f"save it as UTF-8") from None
+    return parse_yaml(text, f"{what} {str(p)!r}")
 
 
 def make_config(overrides: Optional[Mapping[str, Any]] = None,
