@@ -314,3 +314,78 @@ def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":
     check_args(args)
     threads_to_one()
     return Clock(), Outputs(name, Path(args.out), publishing(args))
+
+
+# ============================================================================================ training
+def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mapping[str, Any], seed: int,
+              progress: bool) -> Tuple[Path, Dict[str, List[float]], bool]:
+    """Train ``algo`` (``favor``, ``favor+``, ``dqn``) in the ``one`` mode on ``config``; reuse a finished
+    run of the same settings in ``run_dir``.
+
+    ``train``: ``n_timesteps``, ``n_envs``, ``max_rounds`` (the training episodes' round budget) and
+    ``hyperparams`` (overrides of ``configs/<algo>.yml``'s entry).
+
+    :return: (the run folder with ``model.zip``, ``env_config.yaml``, ``args.yaml`` — what evaluate.py
+        loads —, the per-episode training record: return, length, finishing step).
+    """
+    import yaml
+
+    import train_agent
+    from agents.training.algorithms import algorithm_class
+    from agents.training.atomic import atomic_save, atomic_write_yaml
+    from agents.training.envs import make_vec_env
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    run_dir = Path(run_dir)
+    out = run_dir.parent
+    key = {"algo": algo, "config": dict(config), "train": dict(train), "seed": seed}
+    key_file, curve_file = run_dir / "experiment_key.json", run_dir / "episodes.json"
+    time_file = run_dir / "train_time.json"
+    if (run_dir / "model.zip").is_file() and key_file.is_file() and curve_file.is_file() \
+            and json.loads(key_file.read_text()) == json.loads(json.dumps(key)):
+        print(f"{algo}: reusing the trained model in {run_dir}")
+        return run_dir, json.loads(curve_file.read_text()), False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    env_yaml = out / f"{run_dir.name}_env.yaml"
+    env_yaml.write_text(yaml.safe_dump({**dict(config), "max_rounds": train["max_rounds"]}, sort_keys=False))
+    argv = ["--algo", algo, "--env", str(env_yaml), "--n-timesteps", str(train["n_timesteps"]),
+            "--n-envs", str(train["n_envs"]), "--seed", str(seed), "--runs-dir", str(out), "--name", run_dir.name,
+            "--eval-freq", "0", "--save-freq", "0", "--no-progress-bar", "--verbose", "0",
+            "--hyperparams", *[f"{k}={v}" for k, v in train["hyperparams"].items()]]
+    setup = train_agent.prepare(train_agent.parse_args(argv))
+    args = setup["args"]
+
+    class EpisodeRecorder(BaseCallback):
+        """Each finished training episode's return and length (SB3's Monitor puts them in ``info``)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.record: Dict[str, List[float]] = {"return": [], "length": [], "step": [], "success": []}
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.record["return"].append(float(info["episode"]["r"]))
+                    self.record["length"].append(int(info["episode"]["l"]))
+                    self.record["step"].append(int(self.num_timesteps))
+                    self.record["success"].append(bool(info.get("is_success", False)))
+            return True
+
+    env = make_vec_env(setup["env_config"], args.n_envs)
+    cls = algorithm_class(args.algo)
+    model = cls(setup["policy"], env, seed=args.seed, device="cpu", verbose=0, **setup["kwargs"])
+    recorder = EpisodeRecorder()
+    start = time.perf_counter()
+    model.learn(total_timesteps=args.n_timesteps, callback=recorder, progress_bar=progress)
+    seconds = time.perf_counter() - start
+    env.close()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_yaml(run_dir / "env_config.yaml", setup["env_config"])
+    atomic_write_yaml(run_dir / "hyperparams.yaml", setup["hp"])
+    atomic_write_yaml(run_dir / "args.yaml", vars(args))
+    atomic_save(model.save, run_dir / "model.zip")
+    curve_file.write_text(json.dumps(recorder.record) + "\n")
+    time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around model.learn"}) + "\n")
+    key_file.write_text(json.dumps(key) + "\n")
+    return run_dir, recorder.record, True
