@@ -77,7 +77,7 @@ class OneClient(ActionMode):
 
     def decode(self, action: Any, available: np.ndarray) -> np.ndarray:
         a = self._array(action, "'one'")
-        if a.size != 1 or not (np.issubdtype(a.dtype, np.integer) or
+        if a.size != 1 or a.ndim > 1 or not (np.issubdtype(a.dtype, np.integer) or
                                (np.issubdtype(a.dtype, np.floating) and float(a.reshape(-1)[0]).is_integer())):
             raise ValueError(f"action mode 'one' expects one integer client index in [0, {self.n}), got {action!r}")
         i = int(a.reshape(-1)[0])

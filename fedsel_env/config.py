@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .sim.adversary import validate_adversary
+from .sim.limits import refuse_if_too_big
 from .sim.device import check_device_field
 
 DEFAULT_CONFIG: Dict[str, Any] = {
@@ -123,6 +124,15 @@ ENV_IDS: Dict[str, str] = {
 
 ACTION_MODES = ("one", "topk", "subset")
 OBSERVATION_KINDS = ("dict", "flat")
+
+# Bounds that keep every derived quantity finite (exchange times, the clock, the observation's float32
+# bounds, step counts); each is far beyond any meaningful setting (issue #15).
+MAX_ROUNDS = 10**9                  # max_rounds
+MIN_ONE_MODE_STEP = 1e-6            # one_mode_step: a millionth of a round per step
+MAX_THETA = 1e6                     # system.classes: seconds per unit of context
+CPU_SHARE_RANGE = (1e-6, 1e6)       # system.cpu_share: a fraction of one CPU
+BANDWIDTH_RANGE = (1.0, 1e15)       # system.bandwidth: bytes per second
+MAX_NOISE_STD = 1e6                 # system.noise_std: seconds
 INIT_MODES = ("episode", "federation")
 
 
@@ -356,12 +366,14 @@ def validate(cfg: Dict[str, Any]) -> None:
     if cfg["action_mode"] not in ACTION_MODES:
         _fail("action_mode", cfg["action_mode"], f"allowed: {list(ACTION_MODES)}")
     step = cfg["one_mode_step"]
-    if step != "1/K" and (isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1):
-        _fail("one_mode_step", step, 'expected a number in (0, 1] or the string "1/K"')
+    if step != "1/K" and (isinstance(step, bool) or not isinstance(step, (int, float))
+                          or not MIN_ONE_MODE_STEP <= step <= 1):
+        _fail("one_mode_step", step, f'expected a number in [{MIN_ONE_MODE_STEP:g}, 1] or the string "1/K"')
     _float(cfg, "target_accuracy", 0.0, 1.0, lo_open=True)
-    _int(cfg, "max_rounds", 1)
+    _int(cfg, "max_rounds", 1, MAX_ROUNDS)
     if cfg["pca_components"] is not None:
         _int(cfg, "pca_components", 1, cfg["num_clients"] + 1)
+    _refuse_clients_beyond_memory(cfg)
     if cfg["observation"] not in OBSERVATION_KINDS:
         _fail("observation", cfg["observation"], f"allowed: {list(OBSERVATION_KINDS)}")
     from .server_view import OBSERVATION_PARTS  # the parts registry (a user may add one)
@@ -384,19 +396,31 @@ def validate(cfg: Dict[str, Any]) -> None:
     validate_adversary(cfg["adversary"], cfg["num_clients"])
 
 
+def _refuse_clients_beyond_memory(cfg: Dict[str, Any]) -> None:
+    """N clients' observation space and the server's records, estimated before any is allocated: per client,
+    a row of d PCA coordinates (space bounds, observation, record: about 22 bytes each) and about 520 bytes of
+    client features, contexts and counts."""
+    n = cfg["num_clients"]
+    d = cfg["pca_components"] or min(100, n + 1)
+    refuse_if_too_big(22.0 * (n + 1) * d + 520.0 * n,
+                      f"config field 'num_clients' = {n} (the observation and the server's records of "
+                      f"{n} clients, {d} PCA components each)", "use fewer clients (or fewer pca_components)")
+
+
 def _validate_system(sysc: Dict[str, Any], n: int) -> None:
     classes = sysc["classes"]
     try:
-        ok = len(classes) >= 1 and all(len(c) == 3 and all(float(x) >= 0 for x in c) for c in classes)
-    except TypeError:
+        ok = len(classes) >= 1 and all(len(c) == 3 and all(0 <= float(x) <= MAX_THETA for x in c) for c in classes)
+    except (TypeError, ValueError, OverflowError):
         ok = False
     if not ok:
-        _fail("system.classes", classes, "expected a list of [tau_b, tau_s, inv_spectral_eff] triples >= 0")
-    for f in ("cpu_share", "bandwidth"):
+        _fail("system.classes", classes, f"expected a list of [tau_b, tau_s, inv_spectral_eff] triples, each "
+                                         f"a number in [0, {MAX_THETA:g}]")
+    for f, (lo, hi) in (("cpu_share", CPU_SHARE_RANGE), ("bandwidth", BANDWIDTH_RANGE)):
         v = sysc[f]
         if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, (int, float)) for x in v)
-                or not 0 < v[0] <= v[1]):
-            _fail(f"system.{f}", v, "expected [lo, hi] with 0 < lo <= hi")
+                or not lo <= v[0] <= v[1] <= hi):
+            _fail(f"system.{f}", v, f"expected [lo, hi] with {lo:g} <= lo <= hi <= {hi:g}")
     a = sysc["availability"]
     if isinstance(a, (list, tuple)):
         if len(a) != n or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in a):
@@ -404,5 +428,5 @@ def _validate_system(sysc: Dict[str, Any], n: int) -> None:
     elif not (isinstance(a, (int, float)) and not isinstance(a, bool) and 0 < a <= 1):
         _fail("system.availability", a, "expected a probability in (0, 1] or a list of N of them")
     ns = sysc["noise_std"]
-    if not (isinstance(ns, (int, float)) and not isinstance(ns, bool) and ns >= 0):
-        _fail("system.noise_std", ns, "expected a number >= 0")
+    if not (isinstance(ns, (int, float)) and not isinstance(ns, bool) and 0 <= ns <= MAX_NOISE_STD):
+        _fail("system.noise_std", ns, f"expected a number in [0, {MAX_NOISE_STD:g}] (seconds)")

@@ -8,6 +8,8 @@ Add one with ``@REWARDS.register("name")`` on a class with ``__init__(**params)`
 """
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 
 from .registry import Registry
@@ -26,10 +28,17 @@ class RoundOutcome:
     round: int             # t, 1-based count of rounds played
 
 
-def _number(name: str, field: str, v: object, lo: float, lo_open: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > lo if lo_open else v >= lo):
-        raise ValueError(f"reward {name!r} parameter {field!r} = {v!r}: expected a number "
-                         f"{'>' if lo_open else '>='} {lo}")
+#: The most ``time_weight`` may be: a round lasts at most ~1e18 s under the system's bounds
+#: (``fedsel_env.config``), so the penalty stays finite.
+MAX_TIME_WEIGHT = 1e6
+
+
+def _number(name: str, field: str, v: object, lo: float, lo_open: bool = False, hi: float = math.inf) -> float:
+    """A finite number in (lo | [lo, hi]: a reward that could only be non-finite is refused here."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v > lo if lo_open else v >= lo)
+    if not ok or not abs(v) <= sys.float_info.max or v > hi:  # NaN fails v >= lo; inf and 10**400 fail here
+        bound = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi:g}" if hi < math.inf else "")
+        raise ValueError(f"reward {name!r} parameter {field!r} = {v!r}: expected a finite number {bound}")
     return float(v)
 
 
@@ -61,7 +70,7 @@ class TimePenalisedReward(FavorReward):
 
     def __init__(self, xi: float = 64.0, time_weight: float = 0.05) -> None:
         super().__init__(xi)
-        self.time_weight = _number("time_penalised", "time_weight", time_weight, 0.0)
+        self.time_weight = _number("time_penalised", "time_weight", time_weight, 0.0, hi=MAX_TIME_WEIGHT)
 
     def __call__(self, o: RoundOutcome) -> float:
         return super().__call__(o) - self.time_weight * float(o.round_time)

@@ -28,12 +28,16 @@ from gymnasium import spaces
 from sklearn.decomposition import PCA
 
 from .registry import Registry
+from .sim.limits import refuse_if_too_big
 from .spec import CLIENT_FEATURES, FEATURE_INDEX
 
 #: Reported losses are clipped to this bound in the observation.
 LOSS_CAP = 1e4
 #: PCA coordinates are clipped to ±this bound.
 WEIGHT_CAP = 1e6
+#: Peak bytes per weight of the profiling round's N + 1 models and FAVOR's PCA over them (float64 copies and
+#: the SVD; measured 46-50 on an MLP of 1.5M parameters, N = 6 and 20), checked before an episode starts.
+PCA_BYTES_PER_WEIGHT = 48.0
 
 
 class WeightPCA:
@@ -160,6 +164,10 @@ class ServerView:
     def __init__(self, cfg: Mapping[str, Any], num_samples: np.ndarray, model_size: int, pca_components: int,
                  step_fraction: float = 1.0) -> None:
         self.n, self.budget, self.unit = len(num_samples), int(cfg["max_rounds"]), float(step_fraction)
+        refuse_if_too_big(PCA_BYTES_PER_WEIGHT * (self.n + 1) * model_size,
+                          f"config fields 'num_clients' = {self.n} and 'model' = {cfg['model']!r} / 'model_params' = "
+                          f"{cfg['model_params']} ({model_size:,} parameters; the profiling round's {self.n + 1} "
+                          f"models and FAVOR's PCA over them)", "use fewer clients or a smaller model")
         self.num_samples = np.asarray(num_samples, dtype=np.int64)
         self.pca_components = int(pca_components)
         self.space = dict_observation_space(cfg, self.n, pca_components, model_size)

@@ -32,6 +32,7 @@ import torch
 
 from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
 from ..registry import Registry, check_params
+from .limits import refuse_if_too_big
 from .data_files import DatasetNotFoundError  # noqa: F401  (re-exported: the loaders raise it)
 from .data_files import concat_idx_cached, damaged, file_key, locate_dataset, read_cifar_cached, read_idx
 
@@ -196,15 +197,21 @@ def _train_sizes(cfg: Dict[str, Any], pool_size: int, name: str, rng: np.random.
     while fits > 0 and fits + test_size(fits, tf) > pool_size // n:
         fits -= 1
     weights = rng.lognormal(0.0, skew, n) if skew > 0 else None
+
+    def too_large(need: int) -> ValueError:
+        return ValueError(
+            f"config field 'samples_per_client' = {per} is too large: dataset {name!r} holds {pool_size} "
+            f"samples, but {n} clients need {need} (train + test_fraction {tf:g} test"
+            f"{', with quantity skew' if weights is not None else ''}); samples_per_client <= {fits} fits "
+            f"with equal sizes, or set samples_per_client=None to split the whole pool")
+
     if per is not None:
         total = n * per
+        if total + n > pool_size:  # at least n·per training and n test samples: refused before the sizes
+            raise too_large(n * (per + test_size(per, tf)))  # exist (their int64 sum could overflow)
         sizes = sizes_from_weights(weights, n, total, max(2, min(cfg["batch_size"], per)))
         if needed(sizes) > pool_size:
-            raise ValueError(
-                f"config field 'samples_per_client' = {per} is too large: dataset {name!r} holds {pool_size} "
-                f"samples, but {n} clients need {needed(sizes)} (train + test_fraction {tf:g} test"
-                f"{', with quantity skew' if weights is not None else ''}); samples_per_client <= {fits} fits "
-                f"with equal sizes, or set samples_per_client=None to split the whole pool")
+            raise too_large(needed(sizes))
         return sizes
     if fits < 1:
         raise ValueError(f"config field 'num_clients' = {n} is too large: dataset {name!r} holds {pool_size} "
@@ -278,6 +285,8 @@ DATASETS.register("digits")(DataSource(load=_load_digits))
 
 SYNTHETIC_DIM = 60
 SYNTHETIC_CLASSES = 10
+#: The largest alpha / beta (std of the devices' model and input means): at 1e300 the features overflow.
+SYNTHETIC_MAX_SPREAD = 1e6
 
 
 def generate_synthetic(train_sizes: np.ndarray, test_sizes: np.ndarray, alpha: float, beta: float,
@@ -310,22 +319,36 @@ def generate_synthetic(train_sizes: np.ndarray, test_sizes: np.ndarray, alpha: f
     return x, y
 
 
+def _refuse_synthetic_beyond_memory(n: int, train_rows: float, cfg: Dict[str, Any]) -> None:
+    """Refuse a synthetic pool whose features (float32, train and test) and device models cannot fit."""
+    rows = train_rows * (1 + cfg["test_fraction"]) + n
+    refuse_if_too_big(rows * 4 * (SYNTHETIC_DIM + 4) + n * 8.0 * SYNTHETIC_DIM * (SYNTHETIC_CLASSES + 2),
+                      f"dataset 'synthetic' with config fields 'num_clients' = {n} and 'samples_per_client' = "
+                      f"{cfg['samples_per_client']} ({rows:.3g} rows of {SYNTHETIC_DIM} features)",
+                      "use fewer clients, or a smaller samples_per_client or dataset_params max_samples")
+
+
 def _load_synthetic(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
     for p in ("alpha", "beta"):
         v = params[p]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
-            raise ValueError(f"dataset parameter {p!r} = {v!r} for 'synthetic'; allowed: a finite number >= 0")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= SYNTHETIC_MAX_SPREAD:
+            raise ValueError(f"dataset parameter {p!r} = {v!r} for 'synthetic'; allowed: a number in "
+                             f"[0, {SYNTHETIC_MAX_SPREAD:g}] (FedProx and q-FFL use 0 to 1; beyond this the "
+                             f"features or logits overflow)")
     cap = params["max_samples"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ValueError(f"dataset parameter 'max_samples' = {cap!r} for 'synthetic'; allowed: None or an "
                          f"integer >= 1")
-    n = cfg["num_clients"]
-    if cfg["samples_per_client"] is not None:
-        train = np.full(n, cfg["samples_per_client"], np.int64)
+    n, per = cfg["num_clients"], cfg["samples_per_client"]
+    if per is not None:
+        per = per if cap is None else min(per, cap)
+        _refuse_synthetic_beyond_memory(n, float(n) * per, cfg)  # before an int64 array of a huge size
+        train = np.full(n, per, np.int64)
     else:
         train = rng.lognormal(4.0, 2.0, n).astype(np.int64) + 50
-    if cap is not None:
-        train = np.minimum(train, cap)
+        if cap is not None:
+            train = np.minimum(train, cap)
+        _refuse_synthetic_beyond_memory(n, float(np.sum(train, dtype=np.float64)), cfg)
     test = _test_sizes(train, cfg["test_fraction"])
     x, y = generate_synthetic(train, test, float(params["alpha"]), float(params["beta"]), rng)
     return DataPool(x=x, y=y, num_classes=SYNTHETIC_CLASSES, input_shape=(SYNTHETIC_DIM,),

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..registry import Registry, check_params
+from .limits import refuse_if_too_big
 
 MODELS: Registry = Registry("model")
 
@@ -66,6 +67,9 @@ def logreg(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
 
 @MODELS.register("mlp")
 def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 64) -> nn.Module:
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        raise ValueError(f"model parameter 'hidden' = {hidden!r} for 'mlp' is invalid: expected an integer >= 1 "
+                         f"(the hidden layer's width; 64 by default)")
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(),
                          nn.Linear(hidden, num_classes))
 
@@ -112,6 +116,10 @@ def make_model(name: str, input_shape: Tuple[int, ...], num_classes: int,
     """
     factory: Callable[..., nn.Module] = MODELS.lookup(name)
     kw = check_params("model", name, params or {}, _PARAM_DEFAULTS.get(name, {}))
+    with torch.device("meta"):  # its size first, without allocating (nor drawing from any generator)
+        size = num_parameters(factory(tuple(input_shape), num_classes, **kw))
+    refuse_if_too_big(8.0 * size, f"model {name!r} with model_params {kw} ({size:,} parameters, held at least "
+                                  f"twice in float32)", "choose a smaller model or smaller model_params")
     return factory(tuple(input_shape), num_classes, **kw)
 
 

@@ -278,6 +278,11 @@ def shards(labels: np.ndarray, sizes: np.ndarray, num_classes: int, rng: np.rand
     s = shards_per_client
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
         raise ValueError(f"partition parameter 'shards_per_client' = {s!r}; allowed: an integer >= 1")
+    most = int(sizes.sum()) // sizes.size  # the pool is cut into N·s shards: at most one per sample
+    if s > most:
+        raise ValueError(f"partition parameter 'shards_per_client' = {s!r} is too large: {sizes.size} clients × {s} "
+                         f"shards would cut their {int(sizes.sum())} samples into more shards than samples; "
+                         f"allowed: an integer in [1, {max(most, 1)}]")
     owner = np.repeat(np.arange(sizes.size), s)
     length = np.concatenate([np.full(s, n // s) + (np.arange(s) < n % s) for n in sizes]).astype(np.int64)
     available = np.bincount(labels, minlength=num_classes).astype(np.int64)
