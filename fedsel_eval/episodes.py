@@ -3,7 +3,8 @@
 Owns :func:`run_episode` (a policy acts from ``env.reset(seed=s)`` to the end; the record holds
 SPEC §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
 each process, the unit of work of a worker (:func:`evaluate_task`), the worker processes
-(forkserver or spawn, ``torch_threads`` each), and :func:`run_plan`, which runs what a run folder
+(forkserver or spawn, ``torch_threads`` each; they end when the evaluating process ends, however it
+ends), and :func:`run_plan`, which runs what a run folder
 lacks and appends each record as it finishes. The records are the same whatever ``workers`` is.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from fedsel_env import metrics
 from fedsel_env.env import FedSelectEnv
+from fedsel_env.sim import lifeline
 
 from .policies import OPTIONAL_AGENT_MODULES, agent_seed, build_policy
 from .run_folder import RunFolder, jsonable
@@ -133,7 +135,12 @@ def _worker_context(plan: EvalPlan) -> Any:
     return ctx
 
 
-def _init_worker(torch_threads: int) -> None:
+def _init_worker(torch_threads: int, evaluator_pid: int) -> None:
+    # A worker's parent is the forkserver, which lives as long as any worker holds its pipe: when the
+    # evaluating process is killed (SIGKILL, SIGTERM) nothing would end the pool, the forkserver and the
+    # resource tracker. Each worker watches the evaluating process and ends itself when it is gone; the
+    # forkserver and the resource tracker then see their last client leave and end too.
+    lifeline.watch(evaluator_pid)
     os.environ["OMP_NUM_THREADS"] = str(torch_threads)
     import torch
 
@@ -183,7 +190,7 @@ def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = 
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
-                                     initializer=_init_worker, initargs=(torch_threads,)) as pool:
+                                     initializer=_init_worker, initargs=(torch_threads, os.getpid())) as pool:
                 futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
                 try:
                     for fut in as_completed(futures):

@@ -1,4 +1,12 @@
 """workers > 1 (fedsel_env/sim/parallel.py): the same federation, trained and evaluated across processes."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -8,6 +16,9 @@ from fedsel_env.env import FedSelectEnv
 from fedsel_env.sim.models import init_params, make_model
 from fedsel_env.sim.parallel import ParallelTrainer, WorkerPool, split_clients
 from fedsel_env.sim.training import BatchedTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def split_everything(monkeypatch):
@@ -173,3 +184,80 @@ def test_this_process_works_on_one_thread_and_gets_its_threads_back(split_everyt
     finally:
         torch.set_num_threads(before)
         env.close()
+
+
+# ============================================================ workers end with their parent (issue #15, item 3)
+PARENT = """
+import threading, time
+from fedsel_env.env import FedSelectEnv
+env = FedSelectEnv(config={config!r})
+if {in_thread}:  # the pool is forked from a thread that then ends: the watcher thread, not prctl, must act
+    t = threading.Thread(target=env.reset, kwargs=dict(seed=0)); t.start(); t.join()
+else:
+    env.reset(seed=0)
+print(" ".join(str(p.pid) for p in env._pool._procs), flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    from fedsel_env.sim.lifeline import start_time
+
+    return start_time(pid) is not None  # a zombie left for PID 1 to reap counts as gone
+
+
+def test_workers_end_when_their_parent_is_killed():
+    """A parent killed without clean-up (SIGKILL; SIGTERM's default action) takes its workers with it.
+
+    Three parents at once (to save time): workers 2 and SIGKILL; workers 3 and SIGTERM; workers 2 forked
+    from a thread that has ended (so the kernel's parent-death signal is not set) and SIGKILL.
+    """
+    cases = [(signal.SIGKILL, 2, False), (signal.SIGTERM, 3, False), (signal.SIGKILL, 2, True)]
+    procs = [subprocess.Popen([sys.executable, "-c", PARENT.format(config={**SMALL, "workers": w}, in_thread=t)],
+                              stdout=subprocess.PIPE, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+             for _, w, t in cases]
+    workers = {}
+    try:
+        for proc, (sig, w, _) in zip(procs, cases):
+            workers[proc.pid] = [int(p) for p in proc.stdout.readline().split()]
+            assert len(workers[proc.pid]) == w - 1
+        time.sleep(0.3)  # (a pool forked from a thread that ended is not killed with the thread)
+        assert all(_alive(pid) for pids in workers.values() for pid in pids)
+        for proc, (sig, _, _) in zip(procs, cases):
+            os.kill(proc.pid, sig)
+        for proc, (sig, _, _) in zip(procs, cases):
+            assert proc.wait(timeout=30) == -sig
+        deadline = time.monotonic() + 5.0
+        while any(_alive(pid) for pids in workers.values() for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        left = {parent: [p for p in pids if _alive(p)] for parent, pids in workers.items()}
+        for pid in (p for pids in left.values() for p in pids):
+            os.kill(pid, signal.SIGKILL)
+    assert not any(left.values()), f"workers outlived their killed parents: {left}"
+
+
+def test_pool_forked_from_an_ended_thread_keeps_working():
+    """prctl's parent-death signal fires when the forking *thread* ends: it is not used then."""
+    box = {}
+    t = threading.Thread(target=lambda: box.setdefault("pool", WorkerPool(1)))
+    t.start()
+    t.join()
+    pool = box["pool"]
+    try:
+        time.sleep(0.3)
+        assert pool._procs[0].is_alive()
+        x, y = torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)
+        kwargs = dict(model=make_model("logreg", (3,), 2), x_train=x, y_train=y, train_offsets=np.array([0, 2, 4]),
+                      batch_size=2, lr=0.1)
+        local = BatchedTrainer(**kwargs)
+        par = ParallelTrainer(local, kwargs, x.clone(), y.clone(), pool)
+        flat = local.layout.flatten(init_params(kwargs["model"], torch.Generator().manual_seed(1)))
+        worker_answer = par._run("client_losses", [(flat, [0]), (flat, [1])])[1]
+        np.testing.assert_allclose(worker_answer[0], local.client_losses(flat, [1])[0])
+    finally:
+        pool.close()

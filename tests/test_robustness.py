@@ -474,6 +474,42 @@ def test_evaluate_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
     assert (out / "summary.md").read_text() == (tmp_path / "clean" / "summary.md").read_text()
 
 
+def _session(sid: int):
+    """The live processes of session ``sid`` other than its leader (zombies count as gone)."""
+    from fedsel_env.sim.lifeline import start_time
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != sid:
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[3]) == sid and start_time(int(entry)) is not None:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_evaluate_workers_end_when_evaluate_is_killed(tmp_path):
+    """SIGKILL'ed `evaluate.py --workers 2` leaves no pool, forkserver or resource tracker behind (issue #15)."""
+    out = tmp_path / "killed"
+    proc = _start([str(ROOT / "evaluate.py"), "--env", "tiny", "--policy", "random", "--seeds", *map(str, range(12)),
+                   "--workers", "2", "--no-plots", "--no-progress", "--out", str(out)], tmp_path)
+    episodes = out / "episodes.jsonl"
+    helpers = []  # (start_new_session: the script's processes carry its pid as their session id)
+    _kill_when(proc, lambda: episodes.is_file() and episodes.read_text().count("\n") >= 1
+               and not helpers.extend(_session(proc.pid)))
+    assert len(helpers) >= 4  # two workers, the forkserver and the resource tracker
+    deadline = time.monotonic() + 5.0
+    while _session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _session(proc.pid)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes {left} of the killed evaluate.py are still there"
+
+
 def test_evaluation_files_survive_a_crash_between_write_and_rename(tmp_path, monkeypatch):
     """A writer that dies before ``os.replace`` leaves the previous file exactly as it was."""
     from fedsel_eval import run_folder

@@ -14,12 +14,15 @@ batched kernels: ``tests/test_parallel.py`` checks that ``workers: 2`` gives the
 ``workers: 1`` to float tolerance, and the same selections, accuracies and rewards step by step.
 
 Workers are forked (Linux's ``fork`` start method) and receive the federation's tensors once per
-federation through shared memory. They exit with the env (``env.close()``) or with this process.
+federation through shared memory. They exit with the env (``env.close()``) or with this process,
+however it ends: a SIGKILL'ed or SIGTERM'ed parent runs no clean-up, so each worker watches its parent
+itself (:mod:`.lifeline`; ``tests/test_parallel.py`` kills parents and counts what is left).
 """
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import os
 import threading
 import traceback
 import weakref
@@ -28,17 +31,25 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from . import lifeline
 from .training import BatchedTrainer
 
 
-def _worker_main(conn) -> None:
-    """A worker's loop: ("setup", key, trainer kwargs, test x, test y) then ("call", key, method, args)."""
+def _worker_main(conn, parent_pid: int, forked_from_main_thread: bool, inherited: Sequence[Any]) -> None:
+    """A worker's loop: ("setup", key, trainer kwargs, test x, test y) then ("call", key, method, args).
+
+    It ends with its parent however the parent ends (:mod:`.lifeline`), and closes its copies of the
+    parent's pipe ends (``inherited``), so that a parent's death also reads as the end of the pipe.
+    """
+    for c in inherited:
+        c.close()
+    lifeline.die_with_parent(parent_pid, forked_from_main_thread)
     torch.set_num_threads(1)
     current: Dict[str, Any] = {}
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the parent is gone
             return
         if msg is None:
             return
@@ -62,9 +73,13 @@ def _worker_main(conn) -> None:
                 out = out.numpy()
             elif isinstance(out, tuple):
                 out = tuple(o.numpy() if isinstance(o, torch.Tensor) else o for o in out)
-            conn.send(("ok", out))
+            reply = ("ok", out)
         except Exception:  # noqa: BLE001 - everything goes back to the parent, which raises it
-            conn.send(("err", traceback.format_exc()))
+            reply = ("err", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except OSError:  # BrokenPipeError: the parent is gone
+            return
 
 
 class WorkerPool:
@@ -82,9 +97,11 @@ class WorkerPool:
         ctx = mp.get_context("fork")
         self.size = int(size)
         self._conns, self._procs = [], []
+        main_thread = threading.current_thread() is threading.main_thread()  # see lifeline.die_with_parent
         for _ in range(self.size):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="fedsel-worker")
+            proc = ctx.Process(target=_worker_main, args=(child, os.getpid(), main_thread, [*self._conns, parent]),
+                               daemon=True, name="fedsel-worker")
             proc.start()
             child.close()
             self._conns.append(parent)
