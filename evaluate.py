@@ -59,6 +59,9 @@ class Args:
     overwrite: bool = field(default=False, metadata={"help": "discard an existing evaluation in the run folder"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes (results are the same as with 1)"})
     torch_threads: int = field(default=1, metadata={"help": "torch threads per process"})
+    device: Optional[str] = field(default=None, metadata={
+        "help": "torch device of the simulated federations (env config 'device': cpu, cuda, cuda:N, auto); "
+                "default: the env config's (cpu)"})
     plots: bool = field(default=True, metadata={"help": "write the PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
@@ -153,6 +156,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     for name in ("workers", "torch_threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
+
+    if args.device is not None:  # --device sets the env config's device (checked with the plan)
+        args.env_kwargs = {**args.env_kwargs, "device": args.device}
 
     # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem

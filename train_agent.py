@@ -47,6 +47,7 @@ from agents.training.hyperparams import check_policy, load_hyperparams, model_kw
 from agents.training.runs import (CKPT_PREFIX, check_new_run, default_run_name, resume_model, resumed_settings,
                                   save_settings)
 from fedsel_env.config import env_id, resolve_env
+from fedsel_env.sim.device import resolve_device
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
@@ -64,6 +65,8 @@ def prepare(args: Args) -> Dict[str, Any]:
         preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
         hp = load_hyperparams(args.algo, env_id(preset), args.hyperparams, args.conf_file)  # 3. hyper-parameters
         overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
+        if args.device is not None:  # --device: the simulator's device, and the learner's below
+            overrides["device"] = args.device
         env_config = build_env_config(args.algo, preset, overrides, hp.get("env_config") or {})
         args.name = args.name or default_run_name(args.algo, args.env, args.seed)
         run_dir = Path(args.runs_dir) / args.name
@@ -73,6 +76,9 @@ def prepare(args: Args) -> Dict[str, Any]:
     if args.n_envs is None:
         args.n_envs = int(hp.get("n_envs", 1))
     check_counts(args)
+    # CUDA asked for where torch sees none fails here, before any env process starts; the learner follows the env
+    device = resolve_device(env_config.get("device", "cpu"), env_config.get("workers", 1))
+    args.device = args.device or str(device)
     policy = check_policy(hp, env_config)
     kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
     return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs}

@@ -21,13 +21,18 @@ Systems, each in a fresh child process so that start-up (Python, imports, data, 
 - ``flower-fedsel``: the same Flower simulation with ``FedSelectStrategy`` and the
   ``random`` agent — Flower doing what the env does, profiling round included.
 
+With ``--device cuda`` both systems run on the GPU: the env with ``device: cuda`` (one process: ``workers``
+is a CPU feature), Flower's clients with the same config's device (``fedsel_flower.task.ClientTask``
+moves the client's data and model there), each virtual client holding 1/``--cpus`` of the GPU in Ray,
+and the server-side evaluation on the GPU too.
+
 Reported per system: end-to-end wall time of the child (measured by this parent, from
 spawn to exit), and the steady per-round time (median of rounds 3..R: a round is one
 ``env.step`` with the agent's choice, or, for Flower, the time between consecutive
 server-side evaluations, i.e. selection + training + aggregation + evaluation).
 
 Usage: python bench/vs_flower.py [--rounds 20] [--repeats 1] [--systems env,flower,flower-fedsel]
-                                 [--env-threads 1] [--env-workers 2] [--cpus 2] [--json out.json]
+                                 [--env-threads 1] [--env-workers 2] [--cpus 2] [--device cpu] [--json out.json]
 """
 from __future__ import annotations
 
@@ -46,16 +51,16 @@ import numpy as np
 SYSTEMS = ("env", "flower", "flower-fedsel")
 
 
-def workload(rounds: int) -> Dict[str, Any]:
-    """The fedsel config of the workload (shared by all systems)."""
-    return dict(dataset="fashion_mnist", num_clients=100, samples_per_client=600, test_fraction=1 / 6,
+def workload(rounds: int, device: str = "cpu") -> Dict[str, Any]:
+    """The fedsel config of the workload (shared by all systems), computed on ``device``."""
+    return dict(device=device, dataset="fashion_mnist", num_clients=100, samples_per_client=600, test_fraction=1 / 6,
                 partition="iid", partition_params={}, model="fedmgda_cnn", local_epochs=1, batch_size=10,
                 lr=0.01, clients_per_round=10, max_rounds=rounds, target_accuracy=0.999,
                 system={"availability": 1.0}, federation_seed=0)
 
 
 # ---------------------------------------------------------------------------- children
-def child_env(rounds: int, threads: int, workers: int) -> Dict[str, Any]:
+def child_env(rounds: int, threads: int, workers: int, device: str = "cpu") -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
@@ -63,7 +68,7 @@ def child_env(rounds: int, threads: int, workers: int) -> Dict[str, Any]:
     from fedsel_env.env import FedSelectEnv
 
     t0 = time.perf_counter()
-    env = FedSelectEnv(config={**workload(rounds), "workers": workers})
+    env = FedSelectEnv(config={**workload(rounds, device), "workers": workers if device == "cpu" else 1})
     obs, info = env.reset(seed=0)
     setup = time.perf_counter() - t0
     agent = agents.make("random", env.selection_spec, seed=0)
@@ -72,14 +77,14 @@ def child_env(rounds: int, threads: int, workers: int) -> Dict[str, Any]:
         t = time.perf_counter()
         action, _ = agent.predict(obs)
         obs, _, terminated, truncated, info = env.step(action)
-        times.append(time.perf_counter() - t)
+        times.append(time.perf_counter() - t)  # a step ends with numpy results on the host: synchronised
         if terminated or truncated:
             break
     env.close()
     return {"round_times": times, "setup_s": setup, "accuracy": float(info["accuracy"]), "rounds": len(times)}
 
 
-def child_flower(rounds: int, cpus: int, fedsel_strategy: bool) -> Dict[str, Any]:
+def child_flower(rounds: int, cpus: int, fedsel_strategy: bool, device: str = "cpu") -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
@@ -93,17 +98,20 @@ def child_flower(rounds: int, cpus: int, fedsel_strategy: bool) -> Dict[str, Any
     from fedsel_flower.strategy import draw_initial_arrays
     from fedsel_flower.task import CONFIG_KEY, build_model, config_to_json, fedsel_config, federated_data, flat_of
 
-    cfg = fedsel_config(workload(rounds))
+    cfg = fedsel_config(workload(rounds, device))
     data = federated_data(cfg)
+    dev = torch.device(device)
     model = build_model(cfg, data.input_shape, data.num_classes)
-    evaluator = BatchedTrainer(model, data.x_train[:1], data.y_train[:1], np.array([0, 1]), batch_size=1, lr=0.0)
+    evaluator = BatchedTrainer(model, data.x_train[:1].to(dev), data.y_train[:1].to(dev), np.array([0, 1]),
+                               batch_size=1, lr=0.0)
+    x_test, y_test = data.x_test.to(dev), data.y_test.to(dev)
     eval_times: List[float] = []
     accuracy = [float("nan")]
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
         # the env's evaluation: the global model on every client's test split
-        _, correct = evaluator.per_sample_losses(flat_of(evaluator.layout, arrays.to_torch_state_dict()),
-                                                 data.x_test, data.y_test)
+        _, correct = evaluator.per_sample_losses(flat_of(evaluator.layout, arrays.to_torch_state_dict()).to(dev),
+                                                 x_test, y_test)
         accuracy[0] = float(correct.double().mean())
         eval_times.append(time.perf_counter())
         return MetricRecord({"accuracy": accuracy[0]})
@@ -122,9 +130,11 @@ def child_flower(rounds: int, cpus: int, fedsel_strategy: bool) -> Dict[str, Any
 
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     try:
+        gpu = dev.type == "cuda"  # each virtual client holds 1/cpus of the GPU: `cpus` clients train at once
         run_simulation(server_app=server_app, client_app=make_client_app(), num_supernodes=100,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"num_cpus": cpus, "_temp_dir": ray_tmp}})
+                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 1.0 / cpus if gpu else 0.0},
+                                       "init_args": {"num_cpus": cpus, "num_gpus": 1 if gpu else 0,
+                                                     "_temp_dir": ray_tmp}})
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     times = list(np.diff(eval_times))  # eval_times[0] is w_0's evaluation, before round 1
@@ -146,7 +156,8 @@ def versions() -> Dict[str, str]:
 
 def run_child(system: str, args: argparse.Namespace) -> Dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--rounds", str(args.rounds),
-           "--env-threads", str(args.env_threads), "--env-workers", str(args.env_workers), "--cpus", str(args.cpus)]
+           "--env-threads", str(args.env_threads), "--env-workers", str(args.env_workers), "--cpus", str(args.cpus),
+           "--device", args.device]
     env = dict(os.environ, OMP_NUM_THREADS="1" if system != "env" else str(args.env_threads),
                FLWR_TELEMETRY_ENABLED="0", PYTHONPATH=os.pathsep.join(
                    [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] +
@@ -175,24 +186,31 @@ def main() -> None:
     p.add_argument("--env-workers", type=int, default=2,
                    help="the env's 'workers' config: processes sharing each round (2 = both cores)")
     p.add_argument("--cpus", type=int, default=2, help="CPUs given to Ray (one per virtual client)")
+    p.add_argument("--device", default="cpu", help="torch device of both systems: cpu, cuda, cuda:N, auto")
     p.add_argument("--json", default=None, help="write all results to this file")
     p.add_argument("--child", choices=SYSTEMS, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.rounds < 3:
         p.error("--rounds must be >= 3 (the steady round time is the median of rounds 3..R)")
     if args.child == "env":
-        print(json.dumps(child_env(args.rounds, args.env_threads, args.env_workers)))
+        print(json.dumps(child_env(args.rounds, args.env_threads, args.env_workers, args.device)))
         return
     if args.child in ("flower", "flower-fedsel"):
-        print(json.dumps(child_flower(args.rounds, args.cpus, args.child == "flower-fedsel")))
+        print(json.dumps(child_flower(args.rounds, args.cpus, args.child == "flower-fedsel", args.device)))
         return
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     bad = [s for s in systems if s not in SYSTEMS]
     if bad:
         p.error(f"--systems: unknown {bad}; choose from {list(SYSTEMS)}")
 
-    print(f"versions: {versions()}; {os.cpu_count()} CPUs; env: {args.env_workers} process(es) x "
-          f"{args.env_threads} thread(s); Ray CPUs {args.cpus}")
+    from fedsel_env.sim.device import resolve_device
+
+    args.device = str(resolve_device(args.device))  # auto -> cpu or cuda; CUDA where there is none: an error
+    if args.device != "cpu" and args.env_workers > 1:
+        print(f"device {args.device}: the env runs in one process (workers is a CPU feature)")
+        args.env_workers = 1
+    print(f"versions: {versions()}; {os.cpu_count()} CPUs; device {args.device}; env: {args.env_workers} "
+          f"process(es) x {args.env_threads} thread(s); Ray CPUs {args.cpus}")
     results: List[Dict[str, Any]] = []
     for rep in range(args.repeats):
         order = systems if rep % 2 == 0 else systems[::-1]  # alternate the order against drifting load

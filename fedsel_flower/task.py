@@ -26,6 +26,7 @@ from torch import nn
 
 from fedsel_env.config import make_config
 from fedsel_env.sim.data import FederatedData, build_federated_data
+from fedsel_env.sim.device import resolve_device
 from fedsel_env.sim.models import make_model
 from fedsel_env.sim.training import BatchedTrainer, ParamLayout
 
@@ -114,6 +115,9 @@ class ClientTask:
     :param cfg: the fedsel config.
     :param data: the federation (``federated_data(cfg)``).
     :param client: the client's index k (its Flower ``partition-id``).
+
+    The client computes on the config's ``device`` (``cpu`` when the config has none); the weights it
+    receives and sends are CPU tensors, as they travel in Flower's records.
     """
 
     def __init__(self, cfg: Mapping[str, Any], data: FederatedData, client: int) -> None:
@@ -122,10 +126,11 @@ class ClientTask:
             raise ValueError(f"partition-id {client!r} is invalid: expected an integer in [0, {n})")
         self.client = int(client)
         self.cfg = cfg
-        x, y = data.client_train(self.client)
-        self.x_test, self.y_test = data.client_test(self.client)
+        self.device = dev = resolve_device(cfg.get("device", "cpu"))
+        x, y = (t.to(dev) for t in data.client_train(self.client))
+        self.x_test, self.y_test = (t.to(dev) for t in data.client_test(self.client))
         self.num_samples = int(x.shape[0])
-        self.model = build_model(cfg, data.input_shape, data.num_classes)
+        self.model = build_model(cfg, data.input_shape, data.num_classes).to(dev)
         # A trainer over this client's rows alone gives the env's batch plan, losses and full gradient.
         self.trainer = BatchedTrainer(self.model, x, y, np.array([0, self.num_samples]),
                                       batch_size=cfg["batch_size"], lr=cfg["lr"],
@@ -134,12 +139,12 @@ class ClientTask:
 
     def losses(self, flat: torch.Tensor) -> Tuple[float, float]:
         """F_k(w) (mean training loss) and √(mean squared loss) of weights ``flat`` on this client."""
-        mean, rms = self.trainer.client_losses(flat, [0])
+        mean, rms = self.trainer.client_losses(flat.to(self.device), [0])
         return float(mean[0]), float(rms[0])
 
     def test_metrics(self, flat: torch.Tensor) -> Tuple[float, float, int]:
         """Accuracy, mean loss and size of this client's test split under ``flat``."""
-        loss, correct = self.trainer.per_sample_losses(flat, self.x_test, self.y_test)
+        loss, correct = self.trainer.per_sample_losses(flat.to(self.device), self.x_test, self.y_test)
         t = int(self.y_test.shape[0])
         if t == 0:
             return 0.0, 0.0, 0
@@ -147,7 +152,7 @@ class ClientTask:
 
     def full_gradient(self, flat: torch.Tensor) -> torch.Tensor:
         """∇F_k(w) over the whole training set (q-FedSGD's update), shape (P,)."""
-        return self.trainer.full_gradients(flat, [0])[0]
+        return self.trainer.full_gradients(flat.to(self.device), [0])[0].cpu()
 
     def train(self, flat: torch.Tensor, train_seed: int, generator_round: int, epochs: int,
               prox_mu: float = 0.0) -> Tuple[torch.Tensor, int]:
@@ -158,7 +163,7 @@ class ClientTask:
         model = self.model
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p.copy_(self.layout.unflatten(flat)[name])
+                p.copy_(self.layout.unflatten(flat.to(self.device))[name])
         anchor = [p.detach().clone() for p in model.parameters()] if prox_mu > 0 else None
         opt = torch.optim.SGD(model.parameters(), lr=self.cfg["lr"], momentum=self.cfg["momentum"])
         x_all, y_all = self.trainer.x, self.trainer.y
@@ -167,6 +172,7 @@ class ClientTask:
             rows = idx[s][keep[s]]
             if rows.numel() == 0:
                 continue
+            rows = rows.to(self.device)
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x_all[rows]), y_all[rows])
             if anchor is not None:
@@ -175,5 +181,5 @@ class ClientTask:
             opt.step()
             steps += 1
         with torch.no_grad():
-            out = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+            out = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu().clone()
         return out, steps

@@ -37,7 +37,9 @@ class Args:
     save_freq: int = field(default=2000, metadata={"help": "checkpoint every this many steps (0 = never)"})
     keep_checkpoints: int = field(default=2, metadata={"help": "how many checkpoints to keep"})
     torch_threads: int = field(default=1, metadata={"help": "torch threads of the learner process"})
-    device: str = field(default="cpu", metadata={"help": "torch device of the learner"})
+    device: Optional[str] = field(default=None, metadata={
+        "help": "torch device of the run: the simulator's (env config 'device': cpu, cuda, cuda:N, auto) and the "
+                "learner's; default: the env config's (cpu)"})
     progress_bar: bool = field(default=True, metadata={"help": "show SB3's progress bar"})
     verbose: int = field(default=1, metadata={"help": "0 quiet, 1 info"})
 

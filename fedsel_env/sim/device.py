@@ -96,9 +96,10 @@ def use_deterministic(device: torch.device) -> None:
     any CUDA matrix product of this process) and ``torch.use_deterministic_algorithms(True,
     warn_only=True)`` (kept as it is when the program already turned it on): deterministic cuDNN
     convolutions and index kernels; an operation without a deterministic CUDA kernel warns instead of
-    failing. This is process-wide, as torch's setting is.
+    failing. This is process-wide, as torch's setting is. ``FEDSEL_DETERMINISTIC=0`` in the environment
+    leaves torch's settings alone (deterministic kernels may be slower).
     """
-    if device.type != "cuda":
+    if device.type != "cuda" or os.environ.get("FEDSEL_DETERMINISTIC", "1") == "0":
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if not torch.are_deterministic_algorithms_enabled():
