@@ -50,6 +50,7 @@ from fedsel_env.spec import SelectionSpec
 
 from . import AGENTS
 from .base import SelectionAgent
+from .saved_models import load_model
 
 #: Name of the env-config file saved beside a trained model (train_agent.py writes it).
 ENV_CONFIG_FILE = "env_config.yaml"
@@ -221,7 +222,7 @@ class FavorAgent(SelectionAgent):
             zip_path = path if path.suffix == ".zip" else path.with_name(path.name + ".zip")
             if not zip_path.is_file():
                 raise ValueError(f"favor agent: model_path {str(model_path)!r} does not exist")
-            model = DoubleDQN.load(zip_path, device=device)
+            model = load_model(DoubleDQN, zip_path, what="favor agent: model", device=device)  # damaged: ValueError
         if not hasattr(model, "q_net"):
             raise ValueError(f"favor agent: model must be a DQN-family SB3 model, got {type(model).__name__}")
         if flat_parts is None:

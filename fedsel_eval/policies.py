@@ -23,6 +23,7 @@ import stable_baselines3
 
 import agents
 from agents.favor import DoubleDQN, read_env_config
+from agents.saved_models import load_model
 from fedsel_env.config import make_config, read_yaml
 from fedsel_env.server_view import flatten
 
@@ -209,13 +210,14 @@ def _load_model(p: PolicySpec) -> Any:
     key = (p.source, p.sha256 or "")
     if key not in _MODEL_CACHE:
         if p.algo in DQN_FAMILY:
-            model = DoubleDQN.load(p.source, device="cpu")
+            cls = DoubleDQN
         else:
             cls = getattr(stable_baselines3, str(p.algo).upper(), None)
             if cls is None:
                 raise ValueError(f"model {p.source!r}: unknown algorithm {p.algo!r}; "
                                  f"known: {list(DQN_FAMILY)} and Stable-Baselines3's (ppo, a2c, ...)")
-            model = cls.load(p.source, device="cpu")
+        # a damaged file (a policy.pth cut short inside a valid zip: torch's RuntimeError) → ValueError naming it
+        model = load_model(cls, p.source, what="model", device="cpu")
         _MODEL_CACHE.clear()  # keep one model: an evaluation holds few, and they can be large
         _MODEL_CACHE[key] = model
     return _MODEL_CACHE[key]

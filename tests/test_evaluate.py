@@ -228,6 +228,25 @@ def test_trained_model_goes_through_the_same_path_as_agents(trained_favor, tmp_p
     assert model["curves"]["accuracy"][1:] == accs
 
 
+def test_model_with_a_policy_cut_short_names_the_file(trained_favor, tmp_path):
+    """Issue #15, item 7: a policy.pth cut short inside a valid model zip (a partial copy) is a ValueError
+    naming the file and the fix, not torch's RuntimeError; nothing is written."""
+    import shutil
+    import zipfile
+
+    run = tmp_path / "favor_tiny"
+    shutil.copytree(trained_favor, run)
+    with zipfile.ZipFile(run / "model.zip") as z:
+        items = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(run / "model.zip", "w") as z:
+        for name, data in items.items():
+            z.writestr(name, data[: len(data) // 2] if name == "policy.pth" else data)
+    with pytest.raises(ValueError, match=r"cannot load model '.*favor_tiny/model\.zip' \(RuntimeError: .*copy it "
+                                         r"again, or train it again"):
+        evaluate.main(TINY + ["--seeds", "0", "--out", str(tmp_path / "out"), "--policy", str(run)])
+    assert not (tmp_path / "out").exists()
+
+
 def test_sb3_policy_model_acts_in_the_env_mode(tmp_path):
     """A PPO model saved in train_agent.py's layout is evaluated through ModelPolicy (flat observation)."""
     import yaml

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
 
-import yaml
+from fedsel_env.config import read_yaml
 
 from .algorithms import algorithm_class
 from .cli import parse_key_values
@@ -35,10 +35,11 @@ def load_hyperparams(algo: str, env_id: str, overrides: Sequence[str] = (),
     :raises ValueError: for a missing file, no entry, or a key the algorithm does not take.
     """
     path = Path(conf_file) if conf_file else CONFIG_DIR / f"{algo}.yml"
-    if not path.is_file():
-        raise ValueError(f"hyper-parameter file {str(path)!r} does not exist")
-    with open(path) as f:
-        table = yaml.safe_load(f) or {}
+    # missing, not UTF-8, a YAML syntax error (line and column) or a key given twice: a ValueError naming the file
+    table = read_yaml(path, "hyper-parameter file") or {}
+    if not isinstance(table, dict) or not all(isinstance(v, dict) or v is None for v in table.values()):
+        raise ValueError(f"hyper-parameter file {str(path)!r} must map env ids (or 'default') to entries of "
+                         f"hyper-parameters, as configs/{algo}.yml does; correct it there")
     if env_id in table:
         hp = dict(table[env_id] or {})
     elif "default" in table:
