@@ -42,7 +42,7 @@ from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, e
 from agents.training.atomic import atomic_save, atomic_write_yaml
 from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, per_call
 from agents.training.cli import Args, check_counts, parse_key_values
-from agents.training.envs import build_env_config, make_eval_env, make_vec_env
+from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env
 from agents.training.hyperparams import check_policy, load_hyperparams, model_kwargs
 from agents.training.runs import (CKPT_PREFIX, check_new_run, default_run_name, resume_model, resumed_settings,
                                   save_settings)
@@ -99,44 +99,50 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     eval_env = make_eval_env(eval_env_config(args.algo, env_config))
     spec = eval_env.envs[0].unwrapped.selection_spec
 
-    # 5. model: the last checkpoint with its replay buffer and step count, or a new one
-    model = resume_model(args, env, run_dir)
-    resumed = model is not None
-    if not resumed:
-        model = algorithm_class(args.algo)(setup["policy"], env, seed=args.seed, device=args.device,
-                                           verbose=args.verbose, tensorboard_log=str(run_dir / "tb"), **setup["kwargs"])
+    try:  # the envs' worker processes are closed however this ends (a damaged checkpoint, Ctrl-C, an error)
+        # 5. model: the last checkpoint with its replay buffer and step count, or a new one
+        model = resume_model(args, env, run_dir)
+        resumed = model is not None
+        if not resumed:
+            model = algorithm_class(args.algo)(setup["policy"], env, seed=args.seed, device=args.device,
+                                               verbose=args.verbose, tensorboard_log=str(run_dir / "tb"),
+                                               **setup["kwargs"])
 
-    # 6. callbacks (frequencies are in env steps; a callback call is one step of all n_envs envs)
-    eval_cb = DeployedEvalCallback(eval_env, deploy_fn(args.algo, env_config, spec), eval_seed=args.seed + 10_000,
-                                   n_eval_episodes=args.eval_episodes, eval_freq=per_call(args.eval_freq, args.n_envs),
-                                   log_path=str(run_dir), best_model_save_path=str(run_dir), verbose=args.verbose)
-    ckpt_cb = AtomicCheckpointCallback(save_freq=per_call(args.save_freq, args.n_envs),
-                                       save_path=str(run_dir / "checkpoints"), name_prefix=CKPT_PREFIX,
-                                       save_replay_buffer=is_off_policy(args.algo), keep=args.keep_checkpoints)
-    if args.resume:
-        eval_cb.restore(run_dir / "evaluations.npz", upto=model.num_timesteps)
+        # 6. callbacks (frequencies are in env steps; a callback call is one step of all n_envs envs)
+        eval_cb = DeployedEvalCallback(eval_env, deploy_fn(args.algo, env_config, spec),
+                                       eval_seed=args.seed + 10_000, n_eval_episodes=args.eval_episodes,
+                                       eval_freq=per_call(args.eval_freq, args.n_envs), log_path=str(run_dir),
+                                       best_model_save_path=str(run_dir), verbose=args.verbose)
+        ckpt_cb = AtomicCheckpointCallback(save_freq=per_call(args.save_freq, args.n_envs),
+                                           save_path=str(run_dir / "checkpoints"), name_prefix=CKPT_PREFIX,
+                                           save_replay_buffer=is_off_policy(args.algo), keep=args.keep_checkpoints)
+        if args.resume:
+            eval_cb.restore(run_dir / "evaluations.npz", upto=model.num_timesteps)
 
-    # 7. learn (on resume, only the remaining steps; counters, schedules and the buffer carry on)
-    remaining = args.n_timesteps - model.num_timesteps
-    start = time.perf_counter()
-    try:
-        if remaining > 0:
-            model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb], progress_bar=args.progress_bar,
-                        tb_log_name=args.algo.upper(), reset_num_timesteps=not resumed)
-    except KeyboardInterrupt:
-        path = ckpt_cb.save_on_interrupt(model)
-        print(f"\nInterrupted at step {model.num_timesteps}: checkpoint {path}; continue with "
-              f"`python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
-        raise SystemExit(130)
-    elapsed = time.perf_counter() - start
+        # 7. learn (on resume, only the remaining steps; counters, schedules and the buffer carry on)
+        remaining = args.n_timesteps - model.num_timesteps
+        start = time.perf_counter()
+        try:
+            if remaining > 0:
+                model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb],
+                            progress_bar=args.progress_bar, tb_log_name=args.algo.upper(),
+                            reset_num_timesteps=not resumed)
+        except KeyboardInterrupt:
+            path = ckpt_cb.save_on_interrupt(model)
+            print(f"\nInterrupted at step {model.num_timesteps}: checkpoint {path}; continue with "
+                  f"`python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
+            raise SystemExit(130)
+        elapsed = time.perf_counter() - start
 
-    # 8. the final model with its env config beside it (env_config.yaml, written at the start)
-    atomic_save(model.save, run_dir / "model.zip")
-    atomic_write_yaml(run_dir / "summary.yaml", {
-        "algo": args.algo, "env": args.env, "num_timesteps": int(model.num_timesteps), "n_envs": args.n_envs,
-        "train_seconds_this_call": round(elapsed, 2), "best_eval_mean_reward": float(eval_cb.best_mean_reward),
-        "model": "model.zip", "env_config": "env_config.yaml"})
-    env.close()
+        # 8. the final model with its env config beside it (env_config.yaml, written at the start)
+        atomic_save(model.save, run_dir / "model.zip")
+        atomic_write_yaml(run_dir / "summary.yaml", {
+            "algo": args.algo, "env": args.env, "num_timesteps": int(model.num_timesteps), "n_envs": args.n_envs,
+            "train_seconds_this_call": round(elapsed, 2),
+            "best_eval_mean_reward": float(eval_cb.best_mean_reward), "model": "model.zip",
+            "env_config": "env_config.yaml"})
+    finally:
+        close_envs(env, eval_env)
     if args.verbose:
         print(f"Saved {run_dir / 'model.zip'} after {model.num_timesteps} steps ({elapsed:.1f} s)")
     return run_dir

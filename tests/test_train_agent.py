@@ -35,13 +35,42 @@ QUIET = ["--no-progress-bar", "--verbose", "0"]
 FAST = ["--hyperparams", "learning_starts=40", "batch_size=16", "policy_kwargs={net_arch: [64]}"]
 
 
+#: run folder -> the episodes its training envs began: (num_timesteps, env index, how it began)
+EPISODES_BEGUN = {}
+
+
+def _record_episodes(mp: pytest.MonkeyPatch, log: list) -> None:
+    """Log every episode the training envs begin, as the learner's stream tracker sees it."""
+    from agents.training.stream import START_KEY, StreamTracker
+
+    start, step = StreamTracker.start, StreamTracker.step
+
+    def logged_start(self, model, vec_env):
+        fresh = getattr(model, "episode_stream", None) is None  # (a resumed run goes on with its episodes)
+        start(self, model, vec_env)
+        if fresh:
+            log.extend((model.num_timesteps, i, e["start"]) for i, e in enumerate(model.episode_stream["envs"]))
+
+    def logged_step(self, model, vec_env, local_vars):
+        step(self, model, vec_env, local_vars)
+        log.extend((model.num_timesteps, i, vec_env.reset_infos[i][START_KEY])
+                   for i, done in enumerate(local_vars["dones"]) if done)
+
+    mp.setattr(StreamTracker, "start", logged_start)
+    mp.setattr(StreamTracker, "step", logged_step)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """A 200-step FAVOR run on the tiny preset with two worker processes, checkpointing every 100 steps."""
     runs = tmp_path_factory.mktemp("runs")
-    run_dir = train_agent.main(["--algo", "favor", "--env", "tiny", "--n-timesteps", "200", "--n-envs", "2",
-                                "--eval-freq", "100", "--eval-episodes", "1", "--save-freq", "100",
-                                "--runs-dir", str(runs), "--name", "t", *FAST, *QUIET])
+    log = []
+    with pytest.MonkeyPatch.context() as mp:
+        _record_episodes(mp, log)
+        run_dir = train_agent.main(["--algo", "favor", "--env", "tiny", "--n-timesteps", "200", "--n-envs", "2",
+                                    "--eval-freq", "100", "--eval-episodes", "1", "--save-freq", "100",
+                                    "--runs-dir", str(runs), "--name", "t", *FAST, *QUIET])
+    EPISODES_BEGUN[run_dir] = log
     return run_dir
 
 
@@ -102,6 +131,130 @@ def test_resume_continues_from_the_checkpoint_with_nothing_lost(tiny_run, tmp_pa
     with np.load(run / "evaluations.npz") as ev:
         assert ev["timesteps"].tolist() == [100, 200, 300]  # the eval history was taken up
     assert [p.name for p in (run / "tb").iterdir()] == ["FAVOR_1"]  # one TensorBoard run, continued
+
+
+def _checkpoint(path: Path):
+    from agents.training.runs import replay_buffer_path
+
+    model = DoubleDQN.load(path)
+    model.load_replay_buffer(replay_buffer_path(path))
+    return model
+
+
+def test_interrupted_and_resumed_run_is_the_uninterrupted_run(tiny_run, tmp_path, monkeypatch):
+    """Issue #15, items 4-5: resumed from its checkpoint at step 100, stopped by Ctrl-C at step 140 and
+    resumed again, the run plays the episodes the uninterrupted run played (not its first ones again),
+    explores, stores and learns exactly as it did, and evaluates at the same steps (100 and 200, not 240)."""
+    import shutil
+
+    from agents.training.callbacks import AtomicCheckpointCallback
+
+    run = tmp_path / "t"
+    shutil.copytree(tiny_run, run)
+    for p in list((run / "checkpoints").glob("*200*")) + [run / "model.zip", run / "summary.yaml"]:
+        p.unlink()  # the run "died" after its checkpoint at step 100, before its evaluation at 200
+    with np.load(run / "evaluations.npz") as ev:
+        np.savez(run / "evaluations.npz", **{k: ev[k][:1] for k in ev.files})
+    log = []
+    _record_episodes(monkeypatch, log)
+    rollout_start = AtomicCheckpointCallback._on_rollout_start
+
+    def ctrl_c_at_140(self):
+        if self.model.num_timesteps == 140:
+            raise KeyboardInterrupt
+        rollout_start(self)
+
+    monkeypatch.setattr(AtomicCheckpointCallback, "_on_rollout_start", ctrl_c_at_140)
+    with pytest.raises(SystemExit) as stopped:
+        train_agent.main(["--name", "t", "--runs-dir", str(tmp_path), "--resume", *QUIET])
+    assert stopped.value.code == 130 and (run / "checkpoints" / "ckpt_140_steps.zip").is_file()
+    monkeypatch.setattr(AtomicCheckpointCallback, "_on_rollout_start", rollout_start)
+    train_agent.main(["--name", "t", "--runs-dir", str(tmp_path), "--resume", *QUIET])
+
+    # the same episodes (how each began: its seeds), in the same envs, at the same steps
+    begun_after_100 = [e for e in EPISODES_BEGUN[tiny_run] if e[0] > 100]
+    assert len(begun_after_100) >= 4 and log == begun_after_100
+    # the same transitions (observations, actions: the exploration; rewards), updates and network
+    full, resumed = _checkpoint(tiny_run / "checkpoints" / "ckpt_200_steps.zip"), \
+        _checkpoint(run / "checkpoints" / "ckpt_200_steps.zip")
+    assert resumed.replay_buffer.pos == full.replay_buffer.pos == 100
+    for field in ("observations", "next_observations", "actions", "rewards", "dones"):
+        np.testing.assert_array_equal(getattr(resumed.replay_buffer, field), getattr(full.replay_buffer, field))
+    assert (resumed._n_updates, resumed.exploration_rate) == (full._n_updates, full.exploration_rate)
+    for a, b in zip(resumed.policy.state_dict().values(), full.policy.state_dict().values()):
+        assert torch.equal(a, b)
+    # the evaluation schedule counts steps from the run's start: 100 (before the interruption), 200
+    with np.load(run / "evaluations.npz") as got, np.load(tiny_run / "evaluations.npz") as want:
+        assert got["timesteps"].tolist() == want["timesteps"].tolist() == [100, 200]
+        np.testing.assert_array_equal(got["results"], want["results"])
+
+
+def cut_member(zip_path: Path, member: str = "policy.pth") -> None:
+    """Cut ``member`` of a zip to half its length, the zip itself staying valid (a partial copy)."""
+    import zipfile
+
+    with zipfile.ZipFile(zip_path) as z:
+        items = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(zip_path, "w") as z:
+        for name, data in items.items():
+            z.writestr(name, data[: len(data) // 2] if name == member else data)
+
+
+def test_damaged_or_missing_checkpoint_files_name_the_file_and_the_fix(tiny_run, tmp_path):
+    """Issue #15, item 7: a missing or truncated replay buffer, a policy.pth cut short inside a valid
+    checkpoint zip: a ValueError naming the file and what to do, not FileNotFoundError('….pkl.pkl'),
+    UnpicklingError or torch's RuntimeError."""
+    import shutil
+    from types import SimpleNamespace
+
+    from agents.training.runs import resume_model
+
+    def resume(run):
+        args = SimpleNamespace(resume=True, algo="favor", device="cpu", n_timesteps=200)
+        return resume_model(args, None, run)
+
+    cases = {
+        "missing buffer": (lambda c: (c / "ckpt_replay_buffer_200_steps.pkl").unlink(),
+                           r"replay buffer of checkpoint ckpt_200_steps.zip '.*ckpt_replay_buffer_200_steps\.pkl' "
+                           r"does not exist; delete ckpt_200_steps.zip and ckpt_replay_buffer_200_steps.pkl .* to "
+                           r"resume from the checkpoint before it, ckpt_100_steps.zip"),
+        "truncated buffer": (lambda c: (c / "ckpt_replay_buffer_200_steps.pkl").write_bytes(
+                                 (c / "ckpt_replay_buffer_200_steps.pkl").read_bytes()[:5000]),
+                             r"cannot load the replay buffer .*ckpt_replay_buffer_200_steps\.pkl' \(UnpicklingError"),
+        "policy.pth cut short": (lambda c: cut_member(c / "ckpt_200_steps.zip"),
+                                 r"cannot load checkpoint '.*ckpt_200_steps\.zip' \(RuntimeError: .*\); delete"),
+    }
+    for name, (damage, message) in cases.items():
+        run = tmp_path / name.replace(" ", "_")
+        shutil.copytree(tiny_run, run)
+        damage(run / "checkpoints")
+        with pytest.raises(ValueError, match=message):
+            resume(run)
+        assert ".pkl.pkl" not in message
+    # the only checkpoint damaged: the fix is to start again
+    only = tmp_path / "only"
+    shutil.copytree(tiny_run, only)
+    for p in (only / "checkpoints").glob("*100*"):
+        p.unlink()
+    cut_member(only / "checkpoints" / "ckpt_200_steps.zip")
+    with pytest.raises(ValueError, match="to resume from step 0, or start the run again under another --name"):
+        resume(only)
+    # the deployed agent reads the same kind of file
+    shutil.copy(tiny_run / "model.zip", tmp_path / "model.zip")
+    cut_member(tmp_path / "model.zip")
+    spec = gym.make("fedsel/FedSelect-Tiny-v0").unwrapped.selection_spec
+    with pytest.raises(ValueError, match=r"favor agent: model '.*model\.zip' \(RuntimeError.*copy it again"):
+        FavorAgent.load(tmp_path / "model.zip", spec, env_config={"flat_parts": ["weights"]})
+
+
+def test_hyperparameter_file_with_a_yaml_error_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "hp.yml"
+    bad.write_text("default:\n  gamma: 0.9\n  policy_kwargs: {net_arch: [64\n")
+    with pytest.raises(ValueError, match=r"hyper-parameter file '.*hp\.yml' is not valid YAML: .*line 4"):
+        train_agent.prepare(train_agent.parse_args(["--conf-file", str(bad), "--runs-dir", str(tmp_path)]))
+    bad.write_text("- gamma\n- 0.9\n")
+    with pytest.raises(ValueError, match=r"hp\.yml' must map env ids"):
+        train_agent.prepare(train_agent.parse_args(["--conf-file", str(bad), "--runs-dir", str(tmp_path)]))
 
 
 def test_ppo_trains_in_topk_mode(tmp_path):

@@ -1,7 +1,9 @@
 """The callbacks of a training run: evaluation of the deployed agent, and consistent, atomic checkpoints.
 
 Their frequencies are in callback calls; one call is one step of every env of the ``VecEnv``, so a
-frequency in env steps is divided by ``n_envs`` (:func:`per_call`).
+frequency in env steps is divided by ``n_envs`` (:func:`per_call`). They count calls from the run's
+start (``num_timesteps // n_envs``), not from this process's: a resumed run evaluates and checkpoints at
+the steps the uninterrupted run would have (:func:`due`).
 """
 from __future__ import annotations
 
@@ -15,11 +17,22 @@ from stable_baselines3.common.evaluation import evaluate_policy
 
 from .atomic import atomic_save
 from .runs import list_checkpoints, replay_buffer_path
+from .stream import StreamTracker
 
 
 def per_call(freq: int, n_envs: int) -> int:
     """A frequency in env steps → in callback calls (0 stays 0: never)."""
     return max(freq // n_envs, 1) if freq else 0
+
+
+def due(callback: Any, freq: int) -> bool:
+    """Whether a callback with frequency ``freq`` (in calls; 0 = never) acts at this call.
+
+    Calls are counted from the run's start, ``num_timesteps // n_envs``, not by the callback's own
+    ``n_calls``, which starts again at 0 in a resumed process (evaluations at 500, 1000, then 1500 + 800
+    after a resume at 1500; never, if interruptions came more often than ``freq``).
+    """
+    return freq > 0 and (callback.num_timesteps // callback.training_env.num_envs) % freq == 0
 
 
 class DeployedEvalCallback(EvalCallback):
@@ -70,7 +83,7 @@ class DeployedEvalCallback(EvalCallback):
         return list(rewards), list(lengths), list(self._is_success_buffer)
 
     def _on_step(self) -> bool:
-        if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
+        if not due(self, self.eval_freq):
             return True
         rewards, lengths, successes = self.evaluate()
         self.evaluations_timesteps.append(self.num_timesteps)
@@ -106,20 +119,25 @@ class DeployedEvalCallback(EvalCallback):
 
 
 class AtomicCheckpointCallback(CheckpointCallback):
-    """SB3's ``CheckpointCallback``, made consistent and atomic.
+    """SB3's ``CheckpointCallback``, made consistent and atomic, with the episode stream.
 
     SB3's saves inside ``on_step``, before the step's transition enters the replay buffer (one
     transition per env lost at each resume). This one marks a checkpoint as due in ``on_step`` and
     writes it at the next ``on_rollout_start``, when every collected transition is stored and
     every gradient step done; and once more at the end of training. The replay buffer is written
     first, then the model, whose presence marks a complete checkpoint; each through a temp file and
-    ``os.replace``. Only the last ``keep`` checkpoints are kept.
+    ``os.replace``. Only the last ``keep`` checkpoints are kept. The model carries the training
+    envs' episode stream and the learner's generators (:mod:`.stream`), which ``--resume`` restores.
     """
 
     def __init__(self, *args: Any, keep: int = 2, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.keep = keep
         self._due = False
+        self.stream = StreamTracker()
+
+    def _on_training_start(self) -> None:
+        self.stream.start(self.model, self.training_env)
 
     def save_now(self) -> Path:
         """Write a checkpoint of the model's current state; return the model zip's path."""
@@ -127,7 +145,12 @@ class AtomicCheckpointCallback(CheckpointCallback):
         model_path = Path(self._checkpoint_path(extension="zip"))
         if self.save_replay_buffer and getattr(self.model, "replay_buffer", None) is not None:
             atomic_save(self.model.save_replay_buffer, Path(self._checkpoint_path("replay_buffer_", extension="pkl")))
-        atomic_save(self.model.save, model_path)
+        self.stream.snapshot(self.model)  # the generators as they are now, saved with the model
+        try:
+            atomic_save(self.model.save, model_path)
+        finally:  # other saves of the model (best_model.zip) are no checkpoints: no generators with them
+            if getattr(self.model, "episode_stream", None) is not None:
+                self.model.episode_stream["rng"] = None
         for old in list_checkpoints(Path(self.save_path))[: -self.keep]:
             old.unlink(missing_ok=True)
             replay_buffer_path(old).unlink(missing_ok=True)
@@ -140,7 +163,8 @@ class AtomicCheckpointCallback(CheckpointCallback):
         return self.save_now()
 
     def _on_step(self) -> bool:
-        if self.save_freq > 0 and self.n_calls % self.save_freq == 0:
+        self.stream.step(self.model, self.training_env, self.locals)
+        if due(self, self.save_freq):
             self._due = True
         return True
 

@@ -41,8 +41,11 @@ def make_env_fn(config: Mapping[str, Any], rank: int) -> Callable[[], Any]:
         import fedsel_env  # noqa: F401  (registers the ids)
         from fedsel_env.env import FedSelectEnv
 
+        from agents.training.stream import StreamRecorder
+
         torch.set_num_threads(1)
-        return Monitor(FedSelectEnv(config=copy.deepcopy(dict(config))))
+        # StreamRecorder: how each episode began, so that --resume can continue the stream (stream.py)
+        return StreamRecorder(Monitor(FedSelectEnv(config=copy.deepcopy(dict(config)))))
 
     return _init
 
@@ -53,6 +56,19 @@ def make_vec_env(config: Mapping[str, Any], n_envs: int) -> Any:
 
     fns = [make_env_fn(config, i) for i in range(n_envs)]
     return DummyVecEnv(fns) if n_envs == 1 else SubprocVecEnv(fns)
+
+
+def close_envs(*vec_envs: Any) -> None:
+    """Close ``vec_envs`` and their worker processes, even when those are gone already (a Ctrl-C reaches
+    the ``SubprocVecEnv`` workers too)."""
+    for vec_env in vec_envs:
+        try:
+            vec_env.close()
+        except (OSError, EOFError):  # BrokenPipeError, ConnectionResetError: a worker had ended
+            for proc in getattr(vec_env, "processes", []):
+                proc.join(timeout=5)
+                if proc.is_alive():
+                    proc.kill()
 
 
 def make_eval_env(config: Mapping[str, Any]) -> Any:

@@ -4,7 +4,8 @@ A new run writes ``args.yaml``, ``env_config.yaml`` and ``hyperparams.yaml`` fir
 ``--resume`` call reads them back, so the run's own settings win over the new call's, except for the
 bookkeeping flags of this call and a new ``--n-timesteps``. Checkpoints are
 ``checkpoints/ckpt_<steps>_steps.zip`` with ``ckpt_replay_buffer_<steps>_steps.pkl`` beside them (written
-by :class:`agents.training.callbacks.AtomicCheckpointCallback`); a model zip marks a complete one.
+by :class:`agents.training.callbacks.AtomicCheckpointCallback`); a model zip marks a complete one, and
+carries the training envs' episode stream (:mod:`agents.training.stream`), which a resume continues.
 """
 from __future__ import annotations
 
@@ -88,20 +89,43 @@ def replay_buffer_path(model_zip: Path) -> Path:
     return model_zip.with_name(f"{CKPT_PREFIX}_replay_buffer_{steps}_steps.pkl")
 
 
+def _damaged_checkpoint_fix(checkpoints: List[Path]) -> str:
+    """What to do when the last of ``checkpoints`` cannot be loaded."""
+    last = checkpoints[-1]
+    files = f"{last.name} and {replay_buffer_path(last).name}"
+    if len(checkpoints) > 1:
+        return (f"delete {files} from {str(last.parent)!r} to resume from the checkpoint before it, "
+                f"{checkpoints[-2].name}")
+    return (f"delete {files} from {str(last.parent)!r} to resume from step 0, or start the run again under "
+            f"another --name")
+
+
 def resume_model(args: Any, env: Any, run_dir: Path) -> Optional[Any]:
-    """With ``--resume``, the run's last checkpoint: model, optimizer, step count and replay buffer; else None.
+    """With ``--resume``, the run's last checkpoint: model, optimizer, step count, replay buffer and the
+    training envs' episode stream (:func:`agents.training.stream.restore`); else None.
 
     Returns None (a new model is to be built) without ``--resume`` or when the run has no checkpoint yet.
+
+    :raises ValueError: naming the file and the fix when the checkpoint's model or replay buffer is
+        missing or damaged.
     """
+    from agents.saved_models import load_model, load_replay_buffer
+
+    from .stream import restore
+
     if not args.resume:
         return None
     checkpoints = list_checkpoints(run_dir / "checkpoints")
     if not checkpoints:
         print(f"Resuming {run_dir}: no checkpoint yet, starting from step 0")
         return None
-    last = checkpoints[-1]
-    model = algorithm_class(args.algo).load(last, env=env, device=args.device, tensorboard_log=str(run_dir / "tb"))
+    last, fix = checkpoints[-1], _damaged_checkpoint_fix(checkpoints)
+    model = load_model(algorithm_class(args.algo), last, what="checkpoint", fix=fix, env=env, device=args.device,
+                       tensorboard_log=str(run_dir / "tb"))
     if is_off_policy(args.algo):
-        model.load_replay_buffer(replay_buffer_path(last))
-    print(f"Resuming {run_dir} from {last.name}: step {model.num_timesteps} of {args.n_timesteps}")
+        load_replay_buffer(model, replay_buffer_path(last), what=f"the replay buffer of checkpoint {last.name}",
+                           fix=fix)
+    why_not = restore(model, env)  # the episodes go on where the checkpoint left them
+    print(f"Resuming {run_dir} from {last.name}: step {model.num_timesteps} of {args.n_timesteps}"
+          + (f" (the training envs start new episodes: {why_not})" if why_not else ""))
     return model
