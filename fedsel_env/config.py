@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
@@ -128,6 +129,7 @@ OBSERVATION_KINDS = ("dict", "flat")
 # Bounds that keep every derived quantity finite (exchange times, the clock, the observation's float32
 # bounds, step counts); each is far beyond any meaningful setting (issue #15).
 MAX_ROUNDS = 10**9                  # max_rounds
+MAX_SAMPLES_PER_CLIENT = 10**12     # samples_per_client (every pool is far smaller; synthetic's is memory-checked)
 MIN_ONE_MODE_STEP = 1e-6            # one_mode_step: a millionth of a round per step
 MAX_THETA = 1e6                     # system.classes: seconds per unit of context
 CPU_SHARE_RANGE = (1e-6, 1e6)       # system.cpu_share: a fraction of one CPU
@@ -353,14 +355,16 @@ def validate(cfg: Dict[str, Any]) -> None:
         if not isinstance(cfg[f], Mapping):
             _fail(f, cfg[f], "expected a mapping of parameter names to values")
     _int(cfg, "num_clients", 2)
-    _int(cfg, "samples_per_client", 1, allow_none=True)
+    _int(cfg, "samples_per_client", 1, MAX_SAMPLES_PER_CLIENT, allow_none=True)
     _float(cfg, "test_fraction", 0.0, 1.0, lo_open=True)
     _float(cfg, "quantity_skew", 0.0, 5.0)
     _int(cfg, "local_epochs", 1, 1000)
     _int(cfg, "batch_size", 1)
     _float(cfg, "lr", 0.0, lo_open=True)
-    if not math.isfinite(cfg["lr"]):
+    lr = float(cfg["lr"]) if abs(cfg["lr"]) <= sys.float_info.max else math.inf  # 10**400 is no float
+    if not math.isfinite(lr):
         _fail("lr", cfg["lr"], "expected a finite number > 0")
+    cfg["lr"] = lr  # an integer lr as the float it equals: torch takes no integer scalar beyond int64
     _float(cfg, "momentum", 0.0, 0.999)
     _int(cfg, "clients_per_round", 1, cfg["num_clients"])
     if cfg["action_mode"] not in ACTION_MODES:
@@ -380,7 +384,8 @@ def validate(cfg: Dict[str, Any]) -> None:
 
     parts = cfg["flat_parts"]
     if (not isinstance(parts, (list, tuple)) or not parts
-            or any(p not in OBSERVATION_PARTS for p in parts) or len(set(parts)) != len(parts)):
+            or any(not isinstance(p, str) or p not in OBSERVATION_PARTS for p in parts)
+            or len(set(parts)) != len(parts)):
         _fail("flat_parts", parts, f"expected a non-empty list of distinct parts from {sorted(OBSERVATION_PARTS)}")
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
@@ -402,7 +407,7 @@ def _refuse_clients_beyond_memory(cfg: Dict[str, Any]) -> None:
     client features, contexts and counts."""
     n = cfg["num_clients"]
     d = cfg["pca_components"] or min(100, n + 1)
-    refuse_if_too_big(22.0 * (n + 1) * d + 520.0 * n,
+    refuse_if_too_big(22 * (n + 1) * d + 520 * n,  # exact integers: n may be 10**400
                       f"config field 'num_clients' = {n} (the observation and the server's records of "
                       f"{n} clients, {d} PCA components each)", "use fewer clients (or fewer pca_components)")
 

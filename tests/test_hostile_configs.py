@@ -289,6 +289,11 @@ REFUSED = [  # (overrides, a field the message must name)
      "beta"),
     ({"dataset": "synthetic", "partition": "natural", "partition_params": {}, "samples_per_client": 10**19},
      "samples_per_client"),
+    # found by the long fuzzing run
+    ({"flat_parts": [[1]]}, "flat_parts"),  # was TypeError: unhashable type
+    ({"lr": 10**400}, "lr"),  # was OverflowError in math.isfinite
+    ({"samples_per_client": 10**400}, "samples_per_client"),  # was OverflowError sizing the test split
+    ({"num_clients": 10**400}, "num_clients"),  # was OverflowError in the memory estimate
 ]
 
 
@@ -313,6 +318,7 @@ BOUNDARIES = [  # the largest and smallest values still allowed build and play f
      "dataset_params": {"alpha": 1e6, "beta": 1e6}},
     {"partition": "shards", "partition_params": {"shards_per_client": 36}},  # 6 clients × 36 = 216 samples
     {"model": "mlp", "model_params": {"hidden": 1}},
+    {"lr": 2**64},  # an integer beyond int64: was OverflowError in the local SGD step (torch's int scalar)
 ]
 
 

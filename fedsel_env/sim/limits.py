@@ -33,7 +33,9 @@ def memory_budget() -> int:
 
 
 def format_bytes(n: float) -> str:
-    """``1.5 GiB``, ``931 TiB``, ``8.6e+06 EiB``."""
+    """``1.5 GiB``, ``931 TiB``, ``8.6e+06 EiB``; ``2^1330 B`` for an integer no float can hold."""
+    if isinstance(n, int) and n.bit_length() > 1000:
+        return f"2^{n.bit_length() - 1} B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if abs(n) < 1024:
             return f"{n:.3g} {unit}"
