@@ -187,15 +187,16 @@ def test_this_process_works_on_one_thread_and_gets_its_threads_back(split_everyt
 
 
 # ============================================================ workers end with their parent (issue #15, item 3)
+# the env's pool (an env with `workers: W` forks W - 1 at its first reset); a bare pool starts in 2 s, an env in 5
 PARENT = """
 import threading, time
-from fedsel_env.env import FedSelectEnv
-env = FedSelectEnv(config={config!r})
-if {in_thread}:  # the pool is forked from a thread that then ends: the watcher thread, not prctl, must act
-    t = threading.Thread(target=env.reset, kwargs=dict(seed=0)); t.start(); t.join()
+from fedsel_env.sim.parallel import WorkerPool
+pools = []
+if {in_thread}:  # the pool is forked from a thread that then ends: prctl's signal is not used, the watcher is
+    t = threading.Thread(target=lambda: pools.append(WorkerPool({workers} - 1))); t.start(); t.join()
 else:
-    env.reset(seed=0)
-print(" ".join(str(p.pid) for p in env._pool._procs), flush=True)
+    pools.append(WorkerPool({workers} - 1))
+print(" ".join(str(p.pid) for p in pools[0]._procs), flush=True)
 time.sleep(120)
 """
 
@@ -213,7 +214,7 @@ def test_workers_end_when_their_parent_is_killed():
     from a thread that has ended (so the kernel's parent-death signal is not set) and SIGKILL.
     """
     cases = [(signal.SIGKILL, 2, False), (signal.SIGTERM, 3, False), (signal.SIGKILL, 2, True)]
-    procs = [subprocess.Popen([sys.executable, "-c", PARENT.format(config={**SMALL, "workers": w}, in_thread=t)],
+    procs = [subprocess.Popen([sys.executable, "-c", PARENT.format(workers=w, in_thread=t)],
                               stdout=subprocess.PIPE, cwd=ROOT,
                               env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
              for _, w, t in cases]
