@@ -134,6 +134,9 @@ def main(argv: Sequence[str] = None) -> Path:
     tune_rounds = {pol: float(rounds(tune, pol, cap).mean()) for pol in ("random", *HEURISTICS)}
     best = min(HEURISTICS, key=lambda h: tune_rounds[h])
     print(f"tuning seeds, mean rounds to Ω: {tune_rounds}; best heuristic: {best}")
+    progress_doc: Dict[str, Any] = {"setting": setting, "env": env, "omega": omega, "tune_seeds": tune_seeds,
+                                    "tune_mean_rounds": tune_rounds, "best_heuristic": best, "trained": {}}
+    _progress(out, setting, progress_doc)
     if args.part == "tune":
         return out.out
 
@@ -149,6 +152,9 @@ def main(argv: Sequence[str] = None) -> Path:
             seconds_file = run_dir / "train_time.json"
             trained[label][seed] = {"dir": str(run_dir), "curve": curve,
                                     "seconds": json.loads(seconds_file.read_text())["seconds"]}
+            progress_doc["trained"][f"{label}_s{seed}"] = {"seconds": trained[label][seed]["seconds"],
+                                                            "steps": steps, "returns": curve["return"]}
+            _progress(out, setting, progress_doc)
     if args.part == "train":
         return out.out
 
@@ -170,6 +176,16 @@ def main(argv: Sequence[str] = None) -> Path:
     out.fragment(_table(results, setting, argv, clock, out, args.workers, compute))
     print((out.out / "table.md").read_text())
     return out.out
+
+
+def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
+    """The parts finished so far, as ``<out>/progress.json`` (and, when publishing,
+    ``experiments/results/favor_study_<setting>_progress.json``): a long run's pieces land as they finish."""
+    text = json.dumps(common._plain(doc), indent=1, allow_nan=False) + "\n"
+    (out.out / "progress.json").write_text(text)
+    if out.publish:
+        common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (common.RESULTS_DIR / f"{NAME}_{setting}_progress.json").write_text(text)
 
 
 def _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, tune_seeds, report_seeds) -> Dict:
