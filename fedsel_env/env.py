@@ -41,13 +41,20 @@ class FedSelectEnv(gym.Env):
     :param config: overrides of ``fedsel_env.config.DEFAULT_CONFIG`` (a dict; may name a ``preset``).
     :param preset: a preset name from ``fedsel_env.config.PRESETS`` applied before ``config``.
     :param render_mode: unused (no rendering); accepted for Gymnasium's API.
+    :param fields: config fields as keyword arguments, merged over ``config`` — so
+        ``gym.make("fedsel/FedSelect-v0", num_clients=50)`` and rl-zoo3's ``--env-kwargs num_clients:50``
+        work as written; an unknown name is a ``ValueError`` listing the fields.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, preset: Optional[str] = None,
-                 render_mode: Optional[str] = None) -> None:
+                 render_mode: Optional[str] = None, **fields: Any) -> None:
         super().__init__()
+        if fields:
+            if config is not None and not isinstance(config, Mapping):
+                raise ValueError(f"config {config!r} is invalid: expected a mapping of config fields (a dict) or None")
+            config = {**dict(config or {}), **fields}
         self.config = cfg = make_config(config, preset=preset)
         self.device = resolve_device(cfg["device"], cfg["workers"])  # CUDA where torch sees none: ValueError now
         self.num_clients, self.k = cfg["num_clients"], cfg["clients_per_round"]

@@ -303,3 +303,16 @@ def test_one_mode_step_counts_as_part_of_a_round(make_env):
 def test_one_mode_step_one_keeps_the_papers_round(make_env):
     env = make_env(action_mode="one")
     assert env.server_step == 1.0 and env.max_steps == 4
+
+
+@pytest.mark.filterwarnings("ignore:partition 'sigma'")  # 5 clients of the tiny pool: a documented compromise
+def test_config_fields_as_keyword_arguments():
+    """gym.make(id, num_clients=5) works as users write it (issue #16); fields merge over config=."""
+    env = gym.make("fedsel/FedSelect-Tiny-v0", num_clients=5, clients_per_round=2, config={"max_rounds": 2})
+    cfg = env.unwrapped.config
+    assert (cfg["num_clients"], cfg["clients_per_round"], cfg["max_rounds"], cfg["model"]) == (5, 2, 2, "logreg")
+    obs, _ = env.reset(seed=0)
+    assert obs["clients"].shape[0] == 5
+    assert gym.make("fedsel/FedSelect-v0", config={"num_clients": 6}, num_clients=7).unwrapped.num_clients == 7
+    with pytest.raises(ValueError, match="unknown config field 'num_client'"):
+        gym.make("fedsel/FedSelect-v0", num_client=5)
