@@ -82,6 +82,13 @@ def final_accuracy(records: Sequence[Mapping[str, Any]], policy: str) -> np.ndar
     return np.array([r["metrics"]["final_accuracy"] for r in eps], dtype=np.float64)
 
 
+def participation(records: Sequence[Mapping[str, Any]], policy: str) -> Dict[str, float]:
+    """Where a policy's picks go: Jain's index of the participation counts, and the most-picked client's share."""
+    eps = common.episodes_of(records, policy)
+    shares = [max(e["clients"]["participation"]) / max(sum(e["clients"]["participation"]), 1) for e in eps]
+    return {"jain": float(np.mean([e["metrics"]["jain_index"] for e in eps])), "top_share": float(np.mean(shares))}
+
+
 def paired(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
     """Mean of a − b with a 95% t confidence interval over the pairs."""
     from scipy import stats
@@ -200,8 +207,11 @@ def _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, 
         r = np.mean([rounds(report, m, cap) for m in members], axis=0)
         a = np.mean([final_accuracy(report, m) for m in members], axis=0)
         missed = sum(int(np.sum(rounds(report, m, cap) >= cap)) for m in members)
+        picks = [participation(report, m) for m in members]
         entry = {"mean_rounds": float(r.mean()), "missed": missed, "episodes": int(r.size) * len(members),
                  "mean_final_accuracy": float(a.mean()),
+                 "jain": float(np.mean([p["jain"] for p in picks])),
+                 "top_client_share": float(np.mean([p["top_share"] for p in picks])),
                  "rounds_vs_random": paired(r, base_r), "rounds_vs_best": paired(r, best_r),
                  "final_acc_vs_random": paired(a, base_a), "final_acc_vs_best": paired(a, best_a)}
         if len(members) > 1:
@@ -226,10 +236,11 @@ def _table(res: Mapping[str, Any], setting: str, argv: Sequence[str], clock: Any
                      "—" if name == "random" else ci_text(e["rounds_vs_random"]),
                      "—" if name == best else ci_text(e["rounds_vs_best"]),
                      f"{e['mean_final_accuracy']:.3f}",
-                     "—" if name == "random" else ci_text(e["final_acc_vs_random"], "+.3f")])
+                     "—" if name == "random" else ci_text(e["final_acc_vs_random"], "+.3f"),
+                     f"{e['jain']:.2f} / {e['top_client_share']:.3f}"])
     table = common.md_table(["policy", "rounds to Ω (mean)", "missed Ω", "Δ rounds vs random [95% CI]",
-                             f"Δ rounds vs {best} [95% CI]", "final accuracy", "Δ final acc vs random [95% CI]"],
-                            rows, align="lrrrrrr")
+                             f"Δ rounds vs {best} [95% CI]", "final accuracy", "Δ final acc vs random [95% CI]",
+                             "picks: Jain / most-picked client's share"], rows, align="lrrrrrrr")
     lines = [f"**{setting}** (`{json.dumps(res['env'])}`), round cap {res['cap']}: Ω = {res['omega']:.2f}, where "
              f"random's median accuracy curve stands at round {res['cap'] // 2} on the tuning seeds "
              f"{res['tune_seeds'][0]}–{res['tune_seeds'][-1]}. Best heuristic on the tuning seeds: `{best}` "
