@@ -5,7 +5,7 @@ Importing the package registers ``fedsel/FedSelect-v0`` and the presets' ids
 """
 from gymnasium.envs.registration import register, registry
 
-from . import forking  # noqa: F401  (forked children run torch on one thread: fork-safe vector envs)
+from . import threads  # noqa: F401  (forked children run torch on one thread: fork-safe vector envs)
 from .config import DEFAULT_CONFIG, ENV_IDS, PRESETS, load_config, make_config
 from .spec import CLIENT_FEATURES, SelectionSpec
 

@@ -65,6 +65,8 @@ DEFAULT_CONFIG: Dict[str, Any] = {
                                   # False saves one forward pass over their data per round (then NaN)
     "workers": 1,                 # processes sharing a round's training and evaluation (fork; Linux):
                                   # 2 on a 2-core machine with one torch thread each (docs/PERFORMANCE.md)
+    "torch_threads": 1,           # CPU threads torch computes on during reset/step (restored after); null = leave
+                                  # torch's setting (one thread: 4-6x faster with another core busy, ENVIRONMENT.md)
     "device": "cpu",              # torch device of the simulation: cpu | cuda | cuda:N | auto (a GPU when torch
                                   # sees one); workers > 1 is a CPU feature (docs/ENVIRONMENT.md, PERFORMANCE.md)
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
@@ -390,6 +392,7 @@ def validate(cfg: Dict[str, Any]) -> None:
     cfg["flat_parts"] = list(parts)
     _int(cfg, "eval_every", 1)
     _int(cfg, "workers", 1, 64)
+    _int(cfg, "torch_threads", 1, 1024, allow_none=True)
     check_device_field(cfg["device"], cfg["workers"])  # whether torch sees a GPU: checked when the env is built
     _int(cfg, "federation_seed", 0, allow_none=True)
     if cfg["init"] not in INIT_MODES:

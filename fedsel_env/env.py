@@ -33,6 +33,7 @@ from .sim.parallel import WorkerPool
 from .rewards import RoundOutcome, make_reward
 from .server_view import ServerView, flat_observation_space
 from .spec import SelectionSpec
+from .threads import on_env_threads
 
 
 class FedSelectEnv(gym.Env):
@@ -103,6 +104,7 @@ class FedSelectEnv(gym.Env):
         return self._federations[seed]
 
     # ------------------------------------------------------------------- reset
+    @on_env_threads
     def reset(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None):
         """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA."""
         if seed is not None:
@@ -126,6 +128,7 @@ class FedSelectEnv(gym.Env):
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
     # -------------------------------------------------------------------- step
+    @on_env_threads
     def step(self, action: Any):
         """One communication round (a share of one in the ``one`` mode) with the clients the action names."""
         if self.federation is None:
@@ -149,6 +152,7 @@ class FedSelectEnv(gym.Env):
             self.tally.step_info(report, self.view, terminated)
 
     # ---------------------------------------------------------------- queries
+    @on_env_threads
     def query_losses(self, clients: Any) -> np.ndarray:
         """Ask available clients for their loss F_k(w_t) on the current global model before selecting.
 

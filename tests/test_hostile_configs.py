@@ -120,6 +120,7 @@ FIELDS = {
     "init": maybe(st.sampled_from(["episode", "federation"])),
     "adversary": st.one_of(HOSTILE, st.fixed_dictionaries({}, optional=ADVERSARY_FIELDS)),
     "device": maybe(st.sampled_from(["cpu", "cpu", "auto", "cuda", "cuda:7", "tpu"])),
+    "torch_threads": maybe(st.one_of(st.none(), st.integers(1, 2))),
     "an_unknown_field": HOSTILE,
 }
 

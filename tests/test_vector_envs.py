@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import torch
 
 import fedsel_env  # noqa: F401  (registers the ids and the fork hook)
@@ -43,3 +44,37 @@ def test_a_forked_child_runs_torch_on_one_thread():
     os.close(read)
     assert child_threads == 1
     assert torch.get_num_threads() == before  # the parent keeps its setting
+
+
+def test_env_computes_on_its_torch_threads_and_gives_the_caller_its_setting_back(monkeypatch):
+    from fedsel_env.env import FedSelectEnv
+
+    seen = []
+    env = FedSelectEnv(preset="tiny")
+    real = env.view.__class__.observe
+    monkeypatch.setattr(env.view.__class__, "observe", lambda view: (seen.append(torch.get_num_threads()),
+                                                                     real(view))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        env.reset(seed=0)
+        env.step(np.ones(env.num_clients, dtype=np.float32))
+        assert torch.get_num_threads() == 2  # the caller's setting is back
+        assert seen == [1, 1]  # reset and step ran on the config's one thread
+        seen.clear()
+        other = FedSelectEnv(preset="tiny", config={"torch_threads": None})  # leave torch's setting alone
+        other.reset(seed=0)
+        assert seen == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_torch_threads_field_is_validated():
+    import pytest
+
+    from fedsel_env.config import make_config
+
+    for bad in (0, -1, 2.5, "2", True, 10**6):
+        with pytest.raises(ValueError, match="torch_threads"):
+            make_config({"torch_threads": bad})
+    assert make_config({"torch_threads": None})["torch_threads"] is None
