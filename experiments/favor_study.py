@@ -285,7 +285,8 @@ def _figures(out: Any, report, trained, cap: int, omega: float, setting: str) ->
         ys = np.stack([common.held(e["curves"]["accuracy"], cap + 1) for e in eps])
         ax.plot(np.arange(cap + 1), ys.mean(0), label=pol, linestyle="-" if "_s" not in pol else ":")
     ax.axhline(omega, color="black", linestyle="--", linewidth=1, label=f"Ω = {omega:.2f}")
-    ax.set(title=f"{setting}: accuracy on the reporting seeds (mean)", xlabel="round", ylabel="test accuracy")
+    ax.set(title=f"{setting}: accuracy on the reporting seeds (mean; an episode ends at Ω,\n"
+                 f"its curve is held at its last value after that)", xlabel="round", ylabel="test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="x-small", ncol=2)
     out.figure(fig, f"{NAME}_{setting}_accuracy")
