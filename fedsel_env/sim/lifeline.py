@@ -42,7 +42,7 @@ def start_time(pid: int) -> Optional[int]:
             os.kill(pid, 0)
         except ProcessLookupError:
             return None
-        except PermissionError:
+        except PermissionError:  # it exists, only owned by another user: alive
             pass
         return 0
     fields = stat[stat.rindex(b")") + 2:].split()  # fields from the 3rd (state); the 22nd is the start time
