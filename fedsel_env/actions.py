@@ -3,6 +3,9 @@
 - ``one``: ``Discrete(N)``, one client per round (FAVOR's training regime).
 - ``topk``: ``Box(N)`` of scores; the env takes the K highest-scoring *available* clients.
 - ``subset``: ``MultiBinary(N)`` (:class:`SubsetSpace`); exactly the marked clients, between 1 and K of them.
+  Gymnasium's vector envs batch it as :class:`SubsetBatch` (registered with ``batch_space``), whose
+  ``sample()`` draws a valid subset for every env. Learners that sample bits independently (PPO, A2C,
+  MaskablePPO) act through :class:`fedsel_env.wrappers.SubsetRepair` instead (docs/ENVIRONMENT.md says why).
 
 Each mode is a small class with ``space()`` and ``decode(action, available) -> indices``;
 ``decode`` raises ``ValueError`` naming the problem and never has side effects, so
@@ -10,10 +13,12 @@ a rejected action changes nothing in the env.
 """
 from __future__ import annotations
 
-from typing import Any
+from copy import deepcopy
+from typing import Any, Sequence
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from .registry import Registry
 
@@ -54,11 +59,7 @@ class SubsetSpace(spaces.MultiBinary):
     def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
         n = int(np.prod(self.shape))
         allowed = np.arange(n) if mask is None else np.flatnonzero(np.asarray(mask).reshape(-1))
-        out = np.zeros(n, dtype=self.dtype)
-        if allowed.size:
-            count = int(self.np_random.integers(1, min(self.k, allowed.size) + 1))
-            out[self.np_random.choice(allowed, size=count, replace=False)] = 1
-        return out.reshape(self.shape)
+        return _draw_subset(self.np_random, n, self.k, allowed, self.dtype).reshape(self.shape)
 
     def contains(self, x: Any) -> bool:
         return bool(super().contains(x) and 1 <= int(np.asarray(x).sum()) <= self.k)
@@ -68,6 +69,59 @@ class SubsetSpace(spaces.MultiBinary):
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, SubsetSpace) and self.n == other.n and self.k == other.k
+
+
+def _draw_subset(rng: np.random.Generator, n: int, k: int, allowed: np.ndarray, dtype: Any) -> np.ndarray:
+    """A 0/1 vector marking between 1 and K of the ``allowed`` indices (none when nothing is allowed)."""
+    out = np.zeros(n, dtype=dtype)
+    if allowed.size:
+        count = int(rng.integers(1, min(k, allowed.size) + 1))
+        out[rng.choice(allowed, size=count, replace=False)] = 1
+    return out
+
+
+class SubsetBatch(spaces.MultiBinary):
+    """The ``subset`` action space of a vector env: ``MultiBinary((num_envs, N))``, each row a valid subset.
+
+    Gymnasium batches a plain ``MultiBinary`` into a ``Box`` whose ``sample()`` marks any number of
+    clients; this keeps :class:`SubsetSpace`'s rule row by row (``sample`` and ``contains``).
+    """
+
+    def __init__(self, num_envs: int, n: int, k: int, seed: Any = None) -> None:
+        super().__init__([int(num_envs), int(n)], seed=seed)
+        self.k = int(k)
+
+    def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
+        """One valid subset per env; ``mask`` (optional, shape (num_envs, N)) restricts each row's clients."""
+        rows, n = self.shape
+        masks = [None] * rows if mask is None else np.asarray(mask).reshape(rows, n)
+        return np.stack([_draw_subset(self.np_random, n, self.k,
+                                      np.arange(n) if m is None else np.flatnonzero(m), self.dtype)
+                         for m in masks])
+
+    def contains(self, x: Any) -> bool:
+        if not super().contains(x):
+            return False
+        counts = np.asarray(x).reshape(self.shape).sum(axis=1)
+        return bool(np.all((counts >= 1) & (counts <= self.k)))
+
+    def __repr__(self) -> str:
+        return f"SubsetBatch({self.shape[0]}, {self.shape[1]}, k={self.k})"
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, SubsetBatch) and self.shape == other.shape and self.k == other.k
+
+
+@batch_space.register(SubsetSpace)
+def _batch_subset_space(space: SubsetSpace, n: int = 1) -> SubsetBatch:
+    return SubsetBatch(n, space.n, space.k, seed=deepcopy(space.np_random))
+
+
+@batch_differing_spaces.register(SubsetSpace)
+def _batch_differing_subset_spaces(subsets: Sequence[SubsetSpace]) -> SubsetBatch:
+    if any(s.n != subsets[0].n or s.k != subsets[0].k for s in subsets):
+        raise ValueError(f"cannot batch differing subset spaces {list(subsets)}: every env needs the same N and K")
+    return SubsetBatch(len(subsets), subsets[0].n, subsets[0].k, seed=deepcopy(subsets[0].np_random))
 
 
 @ACTION_MODES.register("one")

@@ -2,7 +2,10 @@
 
 FAVOR's Double DQN and SB3's DQN act in the ``one`` mode (``Discrete(N)``, one client a step) and are
 deployed as FAVOR's top-K agent (:class:`agents.favor.FavorAgent`, the K highest Q-values, in a ``topk``
-env); PPO and A2C act in any mode and are deployed as they were trained.
+env); PPO and A2C act in any mode, sb3-contrib's MaskablePPO in ``one`` and ``subset`` (never picking an
+unavailable client), SAC in ``topk``; these are deployed as they were trained. In the ``subset`` mode every
+algorithm acts through :class:`fedsel_env.wrappers.SubsetRepair` (``agents/training/envs.py``): its
+policies mark clients independently, so an over-full or empty subset gets the wrapper's documented rule.
 """
 from __future__ import annotations
 
@@ -23,6 +26,11 @@ ALGOS: Dict[str, Dict[str, Any]] = {
             "about": "SB3's PPO, acting in the env's own action mode"},
     "a2c": {"cls": "stable_baselines3:A2C", "modes": ("one", "topk", "subset"), "off_policy": False,
             "about": "SB3's A2C, acting in the env's own action mode"},
+    "maskable_ppo": {"cls": "sb3_contrib:MaskablePPO", "modes": ("subset", "one"), "off_policy": False,
+                     "about": "sb3-contrib's MaskablePPO (rl-zoo3's ppo_mask): PPO that never picks a client "
+                              "env.action_masks() marks unavailable, in the 'subset' or 'one' mode"},
+    "sac": {"cls": "stable_baselines3:SAC", "modes": ("topk",), "off_policy": True,
+            "about": "SB3's SAC, scoring clients in the 'topk' mode (a Box of N scores)"},
 }
 #: The action space of each action mode, for error messages.
 MODE_SPACES = {"one": "Discrete(N)", "topk": "Box(N)", "subset": "MultiBinary(N)"}

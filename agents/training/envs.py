@@ -3,7 +3,9 @@
 The training env config is layered, later wins: the preset, the algorithm's ``env_config`` (from its
 hyper-parameter entry: its natural action mode and observation), the YAML file's keys, ``--env-kwargs``.
 Training envs run in ``SubprocVecEnv`` worker processes when there are several (one torch thread each);
-the evaluation env, in the deployed form, runs in the learner's process.
+the evaluation env, in the deployed form, runs in the learner's process. In the ``subset`` action mode both
+are wrapped in :class:`fedsel_env.wrappers.SubsetRepair` (a learner's policy marks clients independently;
+the wrapper's rule turns an over-full or empty subset into a round, and gives MaskablePPO its 2N masks).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def make_env_fn(config: Mapping[str, Any], rank: int) -> Callable[[], Any]:
 
         torch.set_num_threads(1)
         # StreamRecorder: how each episode began, so that --resume can continue the stream (stream.py)
-        return StreamRecorder(Monitor(FedSelectEnv(config=copy.deepcopy(dict(config)))))
+        return StreamRecorder(Monitor(for_learners(FedSelectEnv(config=copy.deepcopy(dict(config))))))
 
     return _init
 
@@ -78,4 +80,11 @@ def make_eval_env(config: Mapping[str, Any]) -> Any:
 
     from fedsel_env.env import FedSelectEnv
 
-    return DummyVecEnv([lambda: Monitor(FedSelectEnv(config=config))])
+    return DummyVecEnv([lambda: Monitor(for_learners(FedSelectEnv(config=config)))])
+
+
+def for_learners(env: Any) -> Any:
+    """``env`` as a learner acts in it: wrapped in ``SubsetRepair`` in the ``subset`` mode, as it is otherwise."""
+    from fedsel_env.wrappers import SubsetRepair
+
+    return SubsetRepair(env) if env.unwrapped.config["action_mode"] == "subset" else env
