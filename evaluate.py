@@ -7,6 +7,7 @@
     python evaluate.py --aggregator fedavg --aggregator qfedavg:q=1 --policy random --policy qffl
     python evaluate.py --config configs/eval/hetero_system.yaml --workers 2   # an eval config file
     python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
+    python evaluate.py --config configs/eval/hetero_system.yaml --ray auto    # episodes as tasks on a Ray cluster
 
 The script reads top to bottom (CleanRL style):
 1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
@@ -58,6 +59,10 @@ class Args:
     resume: bool = field(default=False, metadata={"help": "skip the episodes already in the run folder (same config only)"})
     overwrite: bool = field(default=False, metadata={"help": "discard an existing evaluation in the run folder"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes (results are the same as with 1)"})
+    ray: Optional[str] = field(default=None, metadata={
+        "help": "run the episodes as Ray tasks (results are the same): --ray alone starts Ray on this machine; "
+                "--ray auto joins the cluster this machine is part of (`ray start`); --ray ray://HOST:10001 "
+                "another (docs/EVALUATION.md)"})
     torch_threads: int = field(default=1, metadata={"help": "torch threads per process"})
     device: Optional[str] = field(default=None, metadata={
         "help": "torch device of the simulated federations (env config 'device': cpu, cuda, cuda:N, auto); "
@@ -101,6 +106,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
             parser.add_argument(flag, nargs="*", default=None, metavar="KEY=VALUE", help=helptext)
         elif f.name == "seeds":
             parser.add_argument(flag, nargs="+", type=int, default=None, metavar="SEED", help=helptext)
+        elif f.name == "ray":
+            parser.add_argument(flag, nargs="?", const="local", default=None, metavar="ADDRESS", help=helptext)
         else:
             parser.add_argument(flag, type=int if "int" in kind else float if "float" in kind else str,
                                 default=None, help=helptext)
@@ -177,7 +184,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                                  target=args.target, env_overrides=args.env_kwargs, env_name=env_name,
                                  resume=args.resume, overwrite=args.overwrite, workers=args.workers,
                                  torch_threads=args.torch_threads, progress=args.progress, plots=args.plots,
-                                 log=print)
+                                 log=print, ray=args.ray)
     except fedsel_eval.Interrupted as e:
         print(f"\nInterrupted: finished episodes are in {e.episodes}; continue with the same "
               f"arguments plus --resume")

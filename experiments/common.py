@@ -62,6 +62,9 @@ def parser(name: str, description: str) -> argparse.ArgumentParser:
                         "publishes nothing")
     p.add_argument("--out", default=str(RUNS_DIR / name), help="the experiment's folder (default: %(default)s)")
     p.add_argument("--workers", type=int, default=1, help="evaluation worker processes (default: 1)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run the evaluation episodes as Ray tasks (same results): alone, a Ray started here; "
+                        "'auto' or ray://HOST:10001, a cluster (docs/EVALUATION.md)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="episode seeds (default: the script's)")
     p.add_argument("--no-publish", action="store_true",
                    help="leave docs/ and experiments/results/ alone (outputs go to --out only)")
@@ -73,6 +76,10 @@ def check_args(args: argparse.Namespace) -> None:
     """Shared argument checks (``ValueError`` naming the option)."""
     if args.workers < 1:
         raise ValueError(f"--workers = {args.workers} is invalid: expected >= 1")
+    if getattr(args, "ray", None) is not None:
+        import fedsel_eval
+
+        fedsel_eval.check_ray_address(args.ray, args.workers)
     if args.seeds is not None and (len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0):
         raise ValueError(f"--seeds {args.seeds} is invalid: expected distinct integers >= 0")
 
@@ -83,9 +90,14 @@ def publishing(args: argparse.Namespace) -> bool:
 
 
 # ========================================================================================== evaluation
+#: Where the script's evaluations run: ``ray`` is its ``--ray`` (set by :func:`start`), None = not on Ray.
+_EXECUTION: Dict[str, Optional[str]] = {"ray": None}
+
+
 def evaluate(out: Path, env: Mapping[str, Any], policies: Sequence[str], seeds: Sequence[int],
              aggregators: Sequence[str] = (), workers: int = 1, progress: bool = True,
-             env_name: str = "custom", plots: bool = True) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Any]:
+             env_name: str = "custom", plots: bool = True,
+             ray: Optional[str] = None) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Any]:
     """Run one evaluation (:func:`fedsel_eval.run`, as evaluate.py does) into the run folder ``out``.
 
     A folder of the same configuration is resumed; one of a different configuration is started afresh.
@@ -93,13 +105,15 @@ def evaluate(out: Path, env: Mapping[str, Any], policies: Sequence[str], seeds: 
     :param env: env-config fields, with an optional ``preset`` (as an eval config file's ``env``).
     :param policies: ``--policy`` values (``random``, ``rbcsf:v=10``, ``favor=runs/.../model_dir``).
     :param aggregators: ``--aggregator`` values (``qfedavg:q=1``); empty = the env config's.
+    :param ray: run the episodes as Ray tasks (``fedsel_eval.run``'s ``ray``); default: the script's ``--ray``.
     :return: (episode records, summary rows, the plan).
     """
     import fedsel_eval
 
     result = fedsel_eval.run(out, env=dict(env), policies=list(policies), aggregators=list(aggregators),
                              seeds=list(seeds), env_name=env_name, resume=True, restart_if_changed=True,
-                             workers=workers, progress=progress, plots=plots)
+                             workers=workers, progress=progress, plots=plots,
+                             ray=ray if ray is not None else _EXECUTION["ray"])
     return result.records, result.rows, result.plan
 
 
@@ -310,8 +324,10 @@ def held(curve: Sequence[float], length: int) -> np.ndarray:
 
 def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":
     """What every experiment does once its arguments are parsed: check them, one thread per
-    process, start the wall clock, open the outputs. Returns (clock, outputs)."""
+    process, take ``--ray`` for every :func:`evaluate` of the script, start the wall clock, open the
+    outputs. Returns (clock, outputs)."""
     check_args(args)
+    _EXECUTION["ray"] = getattr(args, "ray", None)
     threads_to_one()
     return Clock(), Outputs(name, Path(args.out), publishing(args))
 

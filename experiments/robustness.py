@@ -57,6 +57,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="episode seeds (default: 0 1 2)")
     p.add_argument("--rounds", type=int, default=40, help="rounds per episode (default: 40)")
     p.add_argument("--workers", type=int, default=2, help="evaluate.py worker processes (default: 2)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="evaluate.py --ray: the episodes as Ray tasks instead of --workers (docs/EVALUATION.md)")
     p.add_argument("--out", default=str(ROOT / "runs" / "robustness"), help="output folder (default: %(default)s)")
     p.add_argument("--smoke", action="store_true", help="tiny preset, 3 rounds, 2 policies, 2 seeds")
     p.add_argument("--publish", action="store_true", help="splice the table into docs/ROBUSTNESS.md")
@@ -87,7 +89,8 @@ def command(scenario: Dict[str, Any], out: Path, args: argparse.Namespace) -> Li
     for b in BACKENDS:
         cmd += ["--aggregator", b]
     cmd += ["--seeds", *map(str, args.seeds), "--rounds", str(rounds), "--target", "1.0",
-            "--workers", str(args.workers), "--no-plots", "--no-progress", "--resume", "--out", shown_path(out)]
+            *(["--ray", args.ray] if args.ray else ["--workers", str(args.workers)]),
+            "--no-plots", "--no-progress", "--resume", "--out", shown_path(out)]
     return cmd
 
 

@@ -1,17 +1,26 @@
 """fedsel_env: the FedSelect Gymnasium environment and its federation simulator.
 
 Importing the package registers ``fedsel/FedSelect-v0`` and the presets' ids
-(``fedsel_env.config.ENV_IDS``) with Gymnasium.
+(``fedsel_env.config.ENV_IDS``) with Gymnasium, and ``fedsel/MOFedSelect-v0``: the default preset with
+the vector reward (``reward: vector``, MO-Gymnasium's convention; ``preset=`` picks another preset).
 """
-from gymnasium.envs.registration import register, registry
+from gymnasium.envs.registration import register
+from gymnasium.envs.registration import registry as gym_registry  # fedsel_env.registry is our module
 
+from . import objectives  # noqa: F401  (registers the "vector" reward)
 from . import threads  # noqa: F401  (forked children run torch on one thread: fork-safe vector envs)
 from .config import DEFAULT_CONFIG, ENV_IDS, PRESETS, load_config, make_config
 from .spec import CLIENT_FEATURES, SelectionSpec
 
 for _preset, _env_id in ENV_IDS.items():
-    if _env_id not in registry:
+    if _env_id not in gym_registry:
         register(id=_env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": _preset})
+#: the multi-objective env: a vector reward, so Gymnasium's checker (which wants a scalar) is off, as
+#: ``mo_gymnasium.make`` turns it off
+MO_ENV_ID = "fedsel/MOFedSelect-v0"
+if MO_ENV_ID not in gym_registry:
+    register(id=MO_ENV_ID, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": "default", "reward": "vector"},
+             disable_env_checker=True)
 
 
 def make_env(preset: str = "default", **config):
@@ -21,5 +30,5 @@ def make_env(preset: str = "default", **config):
     return FedSelectEnv(config=config, preset=preset)
 
 
-__all__ = ["DEFAULT_CONFIG", "ENV_IDS", "PRESETS", "load_config", "make_config", "make_env",
+__all__ = ["DEFAULT_CONFIG", "ENV_IDS", "MO_ENV_ID", "PRESETS", "load_config", "make_config", "make_env",
            "CLIENT_FEATURES", "SelectionSpec"]

@@ -11,7 +11,8 @@ plays rounds and reports what a server receives; the server view
 (:class:`~fedsel_env.server_view.ServerView`) keeps the records and builds the observation
 (``weights`` (N+1, d), ``clients`` (N, F), ``progress`` (2,); ``observation: flat`` concatenates
 ``flat_parts``); the reward is named in the config (``fedsel_env/rewards.py``, FAVOR's
-Ξ^(acc−Ω) − 1 by default); ``fedsel_env/episode_info.py`` builds ``info``.
+Ξ^(acc−Ω) − 1 by default; ``reward: vector`` gives a vector of objectives and a ``reward_space``,
+MO-Gymnasium's convention: ``fedsel_env/objectives.py``); ``fedsel_env/episode_info.py`` builds ``info``.
 """
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ class FedSelectEnv(gym.Env):
         self.num_clients, self.k = cfg["num_clients"], cfg["clients_per_round"]
         # Checked at construction, so a bad name fails before any training: reward, backend, action mode.
         self.reward_fn = make_reward(cfg["reward"], cfg["reward_params"])
+        if hasattr(self.reward_fn, "space"):  # a vector reward (reward: vector): MO-Gymnasium's attributes
+            self.reward_space = self.reward_fn.space(self.num_clients)
+            self.reward_dim = self.reward_space.shape[0]
         make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
@@ -137,19 +141,21 @@ class FedSelectEnv(gym.Env):
         self._round += 1
         report = self.federation.play_round(selected, evaluate=self._round % self.config["eval_every"] == 0
                                             or self._round >= self.max_steps)
-        prev_acc = self.view.accuracy
+        prev_acc, prev_part, prev_client_acc = \
+            self.view.accuracy, self.view.participation.copy(), self.view.client_accuracies
         self.view.record(report)
         self.tally.record(report)
         acc = self.view.accuracy
         reward = self.reward_fn(RoundOutcome(acc, prev_acc, self.config["target_accuracy"], report.round_time,
-                                             self._round))
+                                             self._round, self.view.participation, prev_part,
+                                             self.view.client_accuracies, prev_client_acc))
         terminated = bool(report.evaluation is not None and not report.diverged
                           and acc >= self.config["target_accuracy"])
         truncated = bool(not terminated and (self._round >= self.max_steps or self.tally.diverged))
         if not terminated and not truncated:
             self.view.open_round(self.federation.open_round())
-        return self.view.observe(), float(reward), terminated, truncated, \
-            self.tally.step_info(report, self.view, terminated)
+        return self.view.observe(), reward if hasattr(self, "reward_space") else float(reward), terminated, \
+            truncated, self.tally.step_info(report, self.view, terminated)
 
     # ---------------------------------------------------------------- queries
     @on_env_threads

@@ -3,6 +3,7 @@
 - ``favor`` (FAVOR, seed 002): r_t = Ξ^(acc_t − Ω) − 1, Ξ = 64, in (−1, 0] while acc_t ≤ Ω.
 - ``accuracy_gain``: scale · (acc_t − acc_{t−1}).
 - ``time_penalised``: FAVOR's reward minus ``time_weight`` × the round's exchange time (seconds).
+- ``vector``: a numpy vector of objectives with its ``reward_space`` (``fedsel_env/objectives.py``).
 
 Add one with ``@REWARDS.register("name")`` on a class with ``__init__(**params)`` and ``__call__(outcome)``.
 """
@@ -11,6 +12,9 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
 
 from .registry import Registry
 
@@ -26,6 +30,11 @@ class RoundOutcome:
     target: float          # Ω
     round_time: float      # the round's exchange time (slowest responder), seconds
     round: int             # t, 1-based count of rounds played
+    # per client (N,), after and before the round: rounds each one's update counted in, test accuracies
+    participation: Optional[np.ndarray] = None
+    prev_participation: Optional[np.ndarray] = None
+    client_accuracies: Optional[np.ndarray] = None
+    prev_client_accuracies: Optional[np.ndarray] = None
 
 
 #: The most ``time_weight`` may be: a round lasts at most ~1e18 s under the system's bounds

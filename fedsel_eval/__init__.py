@@ -13,8 +13,8 @@ step, and :func:`run`, which does them all in order:
    policy is a fresh object with SB3's ``predict`` and its own generator seeded from ``s``
    (:func:`agent_seed`), so all policies see the same partitions, model initialisations and system
    draws for the same seed (common random numbers) and a re-run gives the same numbers bit for bit.
-   Hand-written agents and trained models go through the same loop, in this process or in
-   ``workers`` worker processes (the records are the same either way).
+   Hand-written agents and trained models go through the same loop, in this process, in
+   ``workers`` worker processes or as Ray tasks (:mod:`.ray_executor`; the records are the same).
 3. **Run folder** (:mod:`.run_folder`): ``config.json`` (the resolved evaluation, compared on
    ``--resume``), ``episodes.jsonl`` (one line per finished episode, appended and fsync'ed as it
    finishes), ``summary.csv`` / ``summary.md``, PNG plots. Every file but the JSONL is written whole
@@ -35,6 +35,7 @@ from .params import parse_params, split_items
 from .plan import (EVAL_CONFIG_KEYS, BackendSpec, EpisodeTask, EvalPlan, episode_key, load_eval_config, make_plan,
                    parse_backend)
 from .plots import PLOT_FILES, plot_all
+from .ray_executor import check_address as check_ray_address
 from .policies import (DQN_FAMILY, OPTIONAL_AGENT_MODULES, ModelPolicy, PolicySpec, agent_seed, build_policy,
                        check_model_fits, hand_written_agents, parse_policy, resolve_model)
 from .run_folder import (CONFIG_FILE, EPISODES_FILE, FORMAT_VERSION, SUMMARY_CSV, SUMMARY_MD, RunFolder,
@@ -73,7 +74,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
         env_overrides: Optional[Mapping[str, Any]] = None, env_name: Optional[str] = None, *,
         resume: bool = False, overwrite: bool = False, restart_if_changed: bool = False, workers: int = 1,
         torch_threads: int = 1, progress: bool = True, plots: bool = True,
-        log: Optional[Callable[[str], Any]] = None) -> Evaluation:
+        log: Optional[Callable[[str], Any]] = None, ray: Optional[str] = None) -> Evaluation:
     """One evaluation, start to end: plan → episodes → run folder → summary → plots.
 
     The plan's arguments are :func:`make_plan`'s (checked before anything is written). Then the run
@@ -85,6 +86,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     :param restart_if_changed: with ``resume``, a folder made by a different evaluation is started
         over instead of refused (the reproduction scripts' rule: a changed config reruns its part).
     :param workers: worker processes for the episodes (1 = this process; the records are the same).
+    :param ray: run the episodes as Ray tasks instead: ``"local"`` (start Ray on this machine), ``"auto"``
+        or a cluster address (:mod:`.ray_executor`; the records are the same).
     :param torch_threads: torch threads per process.
     :param progress: show a progress bar over the episodes.
     :param log: called with each line for the user (the plan's notes, what runs where, the summary
@@ -96,6 +99,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     out = Path(out)
     plan = make_plan(env=env, policies=policies, aggregators=aggregators, aggregator_params=aggregator_params,
                      seeds=seeds, rounds=rounds, target=target, env_overrides=env_overrides, env_name=env_name)
+    check_ray_address(ray, workers)  # Ray missing: refused before the run folder is written
     for note in plan.notes:
         say(f"note: {note}")
     try:
@@ -109,7 +113,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
         f"= {len(plan.tasks())} episodes on {plan.env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
         f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
     try:
-        records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads)
+        records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads, ray=ray)
     except KeyboardInterrupt as e:
         raise Interrupted(out / EPISODES_FILE) from e
     for r in records:  # a record written before a metric was added lacks it: not measured (NaN)
@@ -125,7 +129,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
 __all__ = ["CONFIG_FILE", "DQN_FAMILY", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",
            "OPTIONAL_AGENT_MODULES", "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "TABLE_METRICS", "BackendSpec",
            "EpisodeTask", "EvalPlan", "Evaluation", "Interrupted", "ModelPolicy", "PolicySpec", "RunFolder",
-           "agent_seed", "atomic_write_text", "build_policy", "check_model_fits", "config_differences",
+           "agent_seed", "atomic_write_text", "build_policy", "check_model_fits", "check_ray_address",
+           "config_differences",
            "episode_key", "evaluate_task", "hand_written_agents", "load_eval_config", "make_plan", "parse_backend",
            "parse_params", "parse_policy", "plot_all", "resolve_model", "run", "run_episode", "run_plan",
            "split_items", "summarise", "summary_columns", "summary_csv", "summary_markdown"]

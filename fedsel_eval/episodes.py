@@ -4,8 +4,9 @@ Owns :func:`run_episode` (a policy acts from ``env.reset(seed=s)`` to the end; t
 SPEC §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
 each process, the unit of work of a worker (:func:`evaluate_task`), the worker processes
 (forkserver or spawn, ``torch_threads`` each; they end when the evaluating process ends, however it
-ends), and :func:`run_plan`, which runs what a run folder
-lacks and appends each record as it finishes. The records are the same whatever ``workers`` is.
+ends), and :func:`run_plan`, which runs what a run folder lacks on one of three executors (this
+process, worker processes, Ray tasks: :mod:`.ray_executor`) and appends each record as it finishes.
+The records are the same whichever executor ran them.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from fedsel_env.env import FedSelectEnv
 from fedsel_env.sim import lifeline
 
 from .policies import OPTIONAL_AGENT_MODULES, agent_seed, build_policy
+from .ray_executor import check_address as check_ray_address
 from .run_folder import RunFolder, jsonable
 
 if TYPE_CHECKING:
@@ -33,7 +35,8 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
 
     :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
         from round 0, round time, fraction of improved participants, responders), ``clients``
-        (final per-client accuracies, participation counts, sample counts) and bookkeeping.
+        (final per-client accuracies, participation counts, sample counts) and bookkeeping; with a
+        vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).
     """
     start = time.perf_counter()
     if hasattr(policy, "bind"):  # agents that ask clients something before selecting (pow_d)
@@ -43,10 +46,14 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
     accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
     round_time, improved, responders = [], [], []
     episode_return, terminated, truncated = 0.0, False, False
+    vector_return = None  # a vector reward (reward: vector) is summed per objective
     while not (terminated or truncated):
         action, _ = policy.predict(obs, deterministic=True)
         obs, reward, terminated, truncated, info = env.step(action)
-        episode_return += float(reward)
+        if np.ndim(reward):
+            vector_return = np.asarray(reward, np.float64) + (0.0 if vector_return is None else vector_return)
+        else:
+            episode_return += float(reward)
         accuracy.append(float(info["accuracy"]))
         loss.append(float(info["loss"]))
         clock.append(float(info["clock"]))
@@ -70,7 +77,7 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         "loss_queries": float(info.get("loss_queries", 0)),
         "rounds": float(rounds),
         "sim_time": clock[-1],
-        "episode_return": episode_return,
+        "episode_return": episode_return if vector_return is None else math.nan,
         "attacker_selected_rate": float(info.get("attacker_selected_rate", math.nan)),
         "attacker_response_share": float(info.get("attacker_response_share", math.nan)),
         "honest_acc_mean": float(info.get("honest_acc_mean", math.nan)),
@@ -85,6 +92,7 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         "clients": {"accuracy": client_acc.tolist(), "participation": participation.tolist(),
                     "num_samples": num_samples.tolist()},
         "profiling_time": float(info["profiling_time"]),
+        **({} if vector_return is None else {"return_vector": vector_return.tolist()}),
         "wall_time_s": time.perf_counter() - start,
     }
 
@@ -147,59 +155,85 @@ def _init_worker(torch_threads: int, evaluator_pid: int) -> None:
     torch.set_num_threads(torch_threads)
 
 
+def _in_this_process(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,
+                     starting: Callable[[EpisodeTask], Any]) -> Iterator[Dict[str, Any]]:
+    """The executor of ``workers = 1``: each task in this process, in order (``starting`` is told which)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)
+    try:
+        for t in todo:
+            starting(t)
+            yield evaluate_task(t, plan.env_config_for(t.backend))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _worker_processes(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,
+                      workers: int) -> Iterator[Dict[str, Any]]:
+    """The executor of ``workers > 1``: a pool of worker processes; records in completion order.
+    Closing the generator cancels what has not started."""
+    if not todo:
+        return
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
+                             initializer=_init_worker, initargs=(torch_threads, os.getpid())) as pool:
+        futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
+        try:
+            for fut in as_completed(futures):
+                yield fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+
+
 def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = True,
-             torch_threads: int = 1) -> List[Dict[str, Any]]:
+             torch_threads: int = 1, ray: Optional[str] = None) -> List[Dict[str, Any]]:
     """Run every episode of ``plan`` not yet in ``run``'s ``episodes.jsonl``, appending each as it finishes.
+
+    The episodes run on one of three executors — this process, worker processes, Ray tasks — each a
+    generator of records; this process alone appends them to the run folder, so the folder and its
+    resume work the same whichever ran them.
 
     :param workers: 1 = in this process; more = that many worker processes (:func:`_worker_context`).
     :param progress: show a tqdm bar over the episodes with the current policy and seed.
-    :param torch_threads: torch threads per process (1 keeps runs identical across ``workers``).
+    :param torch_threads: torch threads per process (1 keeps runs identical across executors).
+    :param ray: run the episodes as Ray tasks: ``"local"`` (start Ray here), ``"auto"`` or a cluster
+        address (:mod:`fedsel_eval.ray_executor`); excludes ``workers`` > 1.
     :return: all the plan's records (earlier and new), in plan order.
     """
     from tqdm.auto import tqdm
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers = {workers!r} is invalid: expected an integer >= 1")
+    check_ray_address(ray, workers)
     done = {r["key"]: r for r in run.read_episodes()}
     tasks = plan.tasks()
     todo = [t for t in tasks if t.key not in done]
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="episode", desc="evaluating",
                disable=not progress, dynamic_ncols=True)
+    if ray is not None:
+        from .ray_executor import ray_episodes
 
-    def finished(record: Dict[str, Any]) -> None:
-        run.append_episode(record)
-        done[record["key"]] = record
-        if workers > 1:  # in this process the bar names the episode being run instead
-            bar.set_postfix_str(f"finished {record['policy']} / {record['backend']} seed {record['seed']}",
-                                refresh=False)
-        bar.update(1)
-
+        records = ray_episodes(plan, todo, torch_threads, ray)
+    elif workers > 1:
+        records = _worker_processes(plan, todo, torch_threads, workers)
+    else:  # in this process the bar names the episode being run
+        records = _in_this_process(plan, todo, torch_threads,
+                                   lambda t: bar.set_postfix_str(f"{t.policy.label} / {t.backend.label} seed {t.seed}"))
     try:
-        if workers == 1:
-            import torch
-
-            threads = torch.get_num_threads()
-            torch.set_num_threads(torch_threads)
-            try:
-                for t in todo:
-                    bar.set_postfix_str(f"{t.policy.label} / {t.backend.label} seed {t.seed}")
-                    finished(evaluate_task(t, plan.env_config_for(t.backend)))
-            finally:
-                torch.set_num_threads(threads)
-        elif todo:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
-                                     initializer=_init_worker, initargs=(torch_threads, os.getpid())) as pool:
-                futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
-                try:
-                    for fut in as_completed(futures):
-                        finished(fut.result())
-                except BaseException:
-                    for fut in futures:
-                        fut.cancel()
-                    raise
+        for record in records:
+            run.append_episode(record)
+            done[record["key"]] = record
+            if workers > 1 or ray is not None:
+                bar.set_postfix_str(f"finished {record['policy']} / {record['backend']} seed {record['seed']}",
+                                    refresh=False)
+            bar.update(1)
     finally:
+        records.close()  # an interruption cancels the episodes not yet run
         bar.close()
     return [done[t.key] for t in tasks]
 
