@@ -16,8 +16,9 @@ The script reads top to bottom (CleanRL style):
    policies, backends, seeds — every input checked before anything runs); the run folder (new, or
    resumed when its ``config.json`` matches); the episodes (every policy × backend × seed from
    ``env.reset(seed)``, common random numbers), each appended to ``episodes.jsonl`` as it finishes,
-   under a progress bar; the summary (mean ± std over seeds) as ``summary.csv`` and ``summary.md``;
-   the plots.
+   under a progress bar; the tables (means over seeds with 95% bootstrap CIs, paired differences
+   against ``--reference``: ``summary.md``, ``main_table.csv``, ``fairness_table.csv``, ``episodes.csv``,
+   ``summary.csv``); the plots.
 
 The work is done by the :mod:`fedsel_eval` package (the same ``run`` the reproduction scripts in
 ``experiments/`` call); docs/EVALUATION.md lists every option and output.
@@ -53,6 +54,9 @@ class Args:
     seeds: List[int] = field(default_factory=lambda: list(DEFAULT_SEEDS), metadata={"help": "episode seeds"})
     rounds: Optional[int] = field(default=None, metadata={"help": "round budget per episode (default: the config's max_rounds)"})
     target: Optional[float] = field(default=None, metadata={"help": "target accuracy Ω (default: the config's target_accuracy)"})
+    reference: Optional[str] = field(default=None, metadata={
+        "help": "the policy (label) every other is compared with, episode by episode on the same seed and backend "
+                "(default: random, when evaluated); --resume with another reference re-summarises the same episodes"})
     name: Optional[str] = field(default=None, metadata={"help": "run name: folder under --runs-dir (default: the env's name, numbered -2, -3… when taken; --resume takes the latest)"})
     runs_dir: str = field(default="runs/eval", metadata={"help": "where run folders go"})
     out: Optional[str] = field(default=None, metadata={"help": "the run folder itself (overrides --runs-dir/--name)"})
@@ -184,7 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                                  target=args.target, env_overrides=args.env_kwargs, env_name=env_name,
                                  resume=args.resume, overwrite=args.overwrite, workers=args.workers,
                                  torch_threads=args.torch_threads, progress=args.progress, plots=args.plots,
-                                 log=print, ray=args.ray)
+                                 log=print, ray=args.ray, reference=args.reference)
     except fedsel_eval.Interrupted as e:
         print(f"\nInterrupted: finished episodes are in {e.episodes}; continue with the same "
               f"arguments plus --resume")

@@ -17,12 +17,15 @@ step, and :func:`run`, which does them all in order:
    ``workers`` worker processes or as Ray tasks (:mod:`.ray_executor`; the records are the same).
 3. **Run folder** (:mod:`.run_folder`): ``config.json`` (the resolved evaluation, compared on
    ``--resume``), ``episodes.jsonl`` (one line per finished episode, appended and fsync'ed as it
-   finishes), ``summary.csv`` / ``summary.md``, PNG plots. Every file but the JSONL is written whole
-   through a temp file and ``os.replace``.
-4. **Summary** (:mod:`.summary`): the per-episode metrics of SPEC §5 (computed with
-   :mod:`fedsel_env.metrics`), then mean ± standard deviation over seeds.
-5. **Plots** (:mod:`.plots`): accuracy against round and against simulated time (mean with a ±1 std
-   band), per-client accuracy distributions, participation per client, round time per round.
+   finishes), the tables (``summary.md``, ``main_table.csv``, ``fairness_table.csv``, ``episodes.csv``,
+   ``summary.csv``), PNG plots. Every file but the JSONL is written whole through a temp file and
+   ``os.replace``.
+4. **Results** (:mod:`.results`, :mod:`.stats`, :mod:`.tables`, :mod:`.summary`): the per-episode
+   metrics of SPEC §5 (computed with :mod:`fedsel_env.metrics`); rounds and time to Ω, final accuracy
+   and the fairness metrics as means over seeds with 95% bootstrap CIs; paired differences against a
+   reference policy (``random`` by default); a main table and a fairness table.
+5. **Plots** (:mod:`.plots`): the headline figure (to-target metrics with CIs, forest plot against the
+   reference), the fairness figure, and accuracy / round-time curves as small multiples with 95% bands.
 """
 from __future__ import annotations
 
@@ -40,7 +43,10 @@ from .policies import (DQN_FAMILY, OPTIONAL_AGENT_MODULES, ModelPolicy, PolicySp
                        check_model_fits, hand_written_agents, parse_policy, resolve_model)
 from .run_folder import (CONFIG_FILE, EPISODES_FILE, FORMAT_VERSION, SUMMARY_CSV, SUMMARY_MD, RunFolder,
                          atomic_write_text, config_differences)
-from .summary import METRICS, TABLE_METRICS, summarise, summary_columns, summary_csv, summary_markdown
+from .results import Results, compare, resolve_reference
+from .stats import Interval, bootstrap_ci, paired_difference
+from .summary import METRICS, summarise, summary_columns, summary_csv
+from .tables import summary_markdown
 
 
 class Interrupted(KeyboardInterrupt):
@@ -57,8 +63,9 @@ class Interrupted(KeyboardInterrupt):
 @dataclass
 class Evaluation:
     """What :func:`run` made: the plan, its run folder, the episode records (plan order), the summary
-    rows (one per policy × backend), the summary as Markdown, and the plots written (none without
-    ``plots``)."""
+    rows (one per policy × backend: mean and std of every metric), the summary as Markdown, the plots
+    written (none without ``plots``), and the comparison the tables and figures show (CIs, paired
+    differences against the reference)."""
 
     plan: EvalPlan
     folder: RunFolder
@@ -66,6 +73,7 @@ class Evaluation:
     rows: List[Dict[str, Any]]
     markdown: str
     plots: List[Path]
+    results: Optional[Results] = None
 
 
 def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", policies: Sequence[str] = (),
@@ -74,7 +82,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
         env_overrides: Optional[Mapping[str, Any]] = None, env_name: Optional[str] = None, *,
         resume: bool = False, overwrite: bool = False, restart_if_changed: bool = False, workers: int = 1,
         torch_threads: int = 1, progress: bool = True, plots: bool = True,
-        log: Optional[Callable[[str], Any]] = None, ray: Optional[str] = None) -> Evaluation:
+        log: Optional[Callable[[str], Any]] = None, ray: Optional[str] = None,
+        reference: Optional[str] = None) -> Evaluation:
     """One evaluation, start to end: plan → episodes → run folder → summary → plots.
 
     The plan's arguments are :func:`make_plan`'s (checked before anything is written). Then the run
@@ -90,6 +99,9 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
         or a cluster address (:mod:`.ray_executor`; the records are the same).
     :param torch_threads: torch threads per process.
     :param progress: show a progress bar over the episodes.
+    :param reference: the policy the others are compared with, paired by seed and backend (default:
+        ``random`` when it is evaluated; a name that is not evaluated is a ``ValueError``). Not part of
+        the evaluation's config: ``resume`` with another reference re-summarises the same episodes.
     :param log: called with each line for the user (the plan's notes, what runs where, the summary
         table); None = silent.
     :raises ValueError: for bad input (nothing is written), or a folder that holds another evaluation.
@@ -99,6 +111,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     out = Path(out)
     plan = make_plan(env=env, policies=policies, aggregators=aggregators, aggregator_params=aggregator_params,
                      seeds=seeds, rounds=rounds, target=target, env_overrides=env_overrides, env_name=env_name)
+    reference = resolve_reference(plan, reference)  # a reference not evaluated: refused before anything runs
     check_ray_address(ray, workers)  # Ray missing: refused before the run folder is written
     for note in plan.notes:
         say(f"note: {note}")
@@ -119,18 +132,20 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     for r in records:  # a record written before a metric was added lacks it: not measured (NaN)
         for key in METRICS:
             r["metrics"].setdefault(key, None)
-    rows = summarise(records, plan)
-    markdown = folder.write_summary(rows, plan)
+    rows, results = summarise(records, plan), compare(records, plan, reference)
+    markdown = folder.write_summary(records, rows, results, plan)
     say(markdown)
-    paths = plot_all(records, plan, out) if plots else []
-    return Evaluation(plan=plan, folder=folder, records=records, rows=rows, markdown=markdown, plots=paths)
+    paths = plot_all(records, plan, out, results) if plots else []
+    return Evaluation(plan=plan, folder=folder, records=records, rows=rows, markdown=markdown, plots=paths,
+                      results=results)
 
 
 __all__ = ["CONFIG_FILE", "DQN_FAMILY", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",
-           "OPTIONAL_AGENT_MODULES", "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "TABLE_METRICS", "BackendSpec",
+           "OPTIONAL_AGENT_MODULES", "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "BackendSpec", "Interval", "Results",
            "EpisodeTask", "EvalPlan", "Evaluation", "Interrupted", "ModelPolicy", "PolicySpec", "RunFolder",
            "agent_seed", "atomic_write_text", "build_policy", "check_model_fits", "check_ray_address",
            "config_differences",
            "episode_key", "evaluate_task", "hand_written_agents", "load_eval_config", "make_plan", "parse_backend",
            "parse_params", "parse_policy", "plot_all", "resolve_model", "run", "run_episode", "run_plan",
-           "split_items", "summarise", "summary_columns", "summary_csv", "summary_markdown"]
+           "split_items", "summarise", "summary_columns", "summary_csv", "summary_markdown", "bootstrap_ci", "compare",
+           "paired_difference", "resolve_reference"]

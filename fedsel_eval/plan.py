@@ -115,7 +115,7 @@ class EvalPlan:
 
 #: Keys of an eval config file (``--config``): the command-line options of the same names.
 EVAL_CONFIG_KEYS = ("env", "env_kwargs", "policy", "aggregator", "aggregator_param", "seeds", "rounds",
-                    "target", "name")
+                    "target", "name", "reference")
 
 
 def load_eval_config(path: Union[str, Path]) -> Dict[str, Any]:

@@ -1,53 +1,77 @@
-"""The plots of an evaluation: five PNGs written into its run folder with matplotlib.
+"""The figures of an evaluation: six PNGs written into its run folder with matplotlib.
 
-Owns the figures (:func:`plot_all`): accuracy against round and against simulated time (mean with a
-±1 std band over seeds), per-client accuracy distributions, participation per client, and round time
-per round. matplotlib is imported when a plot is drawn, so ``--no-plots`` runs never load it. Each
+Owns the figures (:func:`plot_all`): the headline (rounds and time to Ω and final accuracy per policy with
+95% bootstrap CIs, and their paired differences against the reference policy as a forest plot), fairness
+(per-client final accuracy, Jain's index, participation rates), and the curves — accuracy against round
+and against simulated time, round time — as small multiples, one panel per policy with its mean and a
+95% t band and the reference policy's mean in grey, so that nine or more policies stay legible; and a
+heat map of participation per client. The numbers come from :class:`fedsel_eval.results.Results` (the
+tables' numbers). matplotlib is imported when a plot is drawn, so ``--no-plots`` runs never load it. Each
 file is written through a temp file and ``os.replace``.
 """
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .results import HEADLINE, Results, compare
+from .stats import t_band
 from .summary import num
+from .tables import short_label
 
 if TYPE_CHECKING:
     from .plan import EvalPlan
 
 #: The PNG files :func:`plot_all` writes.
-PLOT_FILES = ("accuracy_vs_round.png", "accuracy_vs_time.png", "client_accuracy.png",
+PLOT_FILES = ("headline.png", "fairness.png", "accuracy_vs_round.png", "accuracy_vs_time.png",
               "participation.png", "round_time.png")
+#: The longest series label on a figure's axis (longer ones are shortened in the middle).
+AXIS_LABEL_WIDTH = 28
+#: Axis titles of the headline metrics.
+HEADLINE_AXES = {"rounds_to_target": "rounds to Ω", "time_to_target": "simulated time to Ω (s)",
+                 "final_accuracy": "final global test accuracy"}
+#: Short names of the headline metrics (the forest plot's titles).
+HEADLINE_SHORT = {"rounds_to_target": "rounds to Ω", "time_to_target": "time to Ω (s)",
+                  "final_accuracy": "final accuracy"}
+GREY = "0.45"
 
 
-def _series_label(policy: str, backend: str, plan: EvalPlan) -> str:
-    return policy if len(plan.backends) == 1 else f"{policy} / {backend}"
+class _Series:
+    """One policy × backend on the figures: its label, colour, episodes (by seed) and results."""
+
+    def __init__(self, label: str, color: Any, eps: List[Mapping[str, Any]], result: Any, is_reference: bool,
+                 reference: Optional["_Series"] = None) -> None:
+        self.label, self.color, self.eps, self.result = label, color, eps, result
+        self.is_reference, self.reference = is_reference, reference
 
 
-def _held(values: Sequence[Optional[float]], length: int) -> np.ndarray:
-    """A curve extended to ``length`` points by holding its last value (the training job has ended)."""
-    v = np.array([num(x) for x in values], dtype=np.float64)
-    return np.concatenate([v, np.full(length - v.size, v[-1])]) if v.size < length else v[:length]
+def _series(records: Sequence[Mapping[str, Any]], results: Results) -> List[_Series]:
+    from matplotlib import colormaps
+
+    # strong, distinct colours: tab10's, then Dark2's (tab20's pale halves are hard to see on white)
+    palette = list(colormaps["tab10"].colors) + list(colormaps["Dark2"].colors)
+    out: List[_Series] = []
+    for i, s in enumerate(results.series):
+        eps = sorted((r for r in records if r["policy"] == s.policy and r["backend"] == s.backend),
+                     key=lambda r: r["seed"])
+        label = short_label(s.policy, AXIS_LABEL_WIDTH) + (f" / {s.backend}" if results.backends > 1 else "")
+        out.append(_Series(label, palette[i % len(palette)], eps, s, s.policy == results.reference))
+    refs = {s.result.backend: s for s in out if s.is_reference}
+    for s in out:
+        if not s.is_reference:
+            s.reference = refs.get(s.result.backend)
+    return out
 
 
-def _figure(width: float = 7.5, height: float = 4.5) -> Tuple[Any, Any]:
+def _figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw: Any) -> Tuple[Any, Any]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    return fig, fig.add_subplot()
-
-
-def _finish(ax: Any, integer_x: bool = False) -> None:
-    """Legend outside the axes (it never hides a curve); whole-number ticks for rounds."""
-    if integer_x:
-        from matplotlib.ticker import MaxNLocator
-
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig, fig.subplots(nrows, ncols, squeeze=False, **kw)
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -57,111 +81,253 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_all(records: Sequence[Mapping[str, Any]], plan: EvalPlan, out: Union[str, Path]) -> List[Path]:
-    """Write the five PNG plots of an evaluation into ``out`` and return their paths.
+def _policy_axis(ax: Any, series: List[_Series], labels: bool) -> None:
+    """Series on the y axis, top to bottom in the plan's order; the reference's label in bold."""
+    ax.set_yticks(range(len(series)))
+    ax.set_ylim(len(series) - 0.5, -0.5)
+    if labels:
+        ax.set_yticklabels([f"{s.label} ({s.result.reached}/{s.result.episodes})" for s in series])
+        for tick, s in zip(ax.get_yticklabels(), series):
+            if s.is_reference:
+                tick.set_fontweight("bold")
+    else:
+        ax.tick_params(axis="y", labelleft=False)
+    ax.grid(axis="x", alpha=0.3)
+    from matplotlib.ticker import MaxNLocator
 
-    - ``accuracy_vs_round.png``: global test accuracy against the communication round;
-    - ``accuracy_vs_time.png``: the same against simulated wall-clock time;
-      (both: mean over seeds with a ±1 std band; an episode that reached Ω keeps its final accuracy);
-    - ``client_accuracy.png``: box plots of the final per-client test accuracies (all clients, all seeds);
-    - ``participation.png``: how many rounds each client took part in (mean over seeds);
-    - ``round_time.png``: simulated round time against the round (mean ± std over the episodes still running).
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))  # a few ticks: small differences keep readable labels
+
+
+def _interval(ax: Any, y: float, iv: Any, color: Any, hollow: bool = False, size: float = 7) -> None:
+    """A mean as a dot with its CI as a horizontal bar (a hollow dot: a missed Ω counted as the cap)."""
+    if not math.isfinite(iv.mean):
+        return
+    lo, hi = (iv.lo, iv.hi) if math.isfinite(iv.lo) else (iv.mean, iv.mean)
+    ax.errorbar([iv.mean], [y], xerr=[[iv.mean - lo], [hi - iv.mean]], fmt="o", color=color, markersize=size,
+                markerfacecolor="white" if hollow else color, markeredgewidth=1.8, capsize=3, elinewidth=2, zorder=3)
+
+
+def _seed_dots(ax: Any, y: float, values: Sequence[float], color: Any) -> None:
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=np.float64)
+    if v.size:
+        jitter = np.linspace(-0.22, 0.22, v.size) if v.size > 1 else np.zeros(1)
+        ax.scatter(v, y + jitter, s=9, color=color, alpha=0.35, linewidths=0, zorder=2)
+
+
+def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path: Path) -> Path:
+    """Rounds and time to Ω and final accuracy (mean, 95% bootstrap CI, per-seed dots) and, with a
+    reference policy, the paired differences against it (forest plot)."""
+    from .stats import episode_value
+
+    ref = results.reference
+    missed = any(s.result.intervals[m].missed for s in series for m in HEADLINE)
+    nrows = 2 if ref else 1
+    fig, axes = _figure(13.5, nrows * (0.36 * len(series) + 1.3) + 0.9, nrows, len(HEADLINE), sharey=True)
+    for j, m in enumerate(HEADLINE):
+        ax = axes[0, j]
+        for i, s in enumerate(series):
+            _seed_dots(ax, i, [episode_value(r, m, results.cap)[0] for r in s.eps], s.color)
+            _interval(ax, i, s.result.intervals[m], s.color, hollow=bool(s.result.intervals[m].missed))
+        refs = [s for s in series if s.is_reference]
+        if len(refs) == 1:  # one backend: the reference's mean as a line to read the others against
+            ax.axvline(refs[0].result.intervals[m].mean, color=GREY, linestyle=":", linewidth=1)
+        if m == "rounds_to_target" and missed:
+            ax.axvline(results.cap, color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{HEADLINE_AXES[m]}: mean [95% CI]", fontsize="medium")
+        ax.set_xlabel(HEADLINE_AXES[m])
+        _policy_axis(ax, series, labels=j == 0)
+        if ref:
+            ax = axes[1, j]
+            for i, s in enumerate(series):
+                if s.is_reference:  # written across the middle of the panel, whatever its x range
+                    ax.text(0.5, i, "reference", ha="center", va="center", fontsize="small", color=GREY,
+                            transform=ax.get_yaxis_transform())
+                elif m in s.result.deltas:
+                    d = s.result.deltas[m]
+                    _interval(ax, i, d, s.color, hollow=bool(d.missed))
+            ax.axvline(0, color="black", linewidth=1)
+            ax.set_title(f"Δ {HEADLINE_SHORT[m]} vs {ref} [paired 95% CI]", fontsize="medium")
+            ax.set_xlabel(f"policy − {ref}, same seed and backend")
+            _policy_axis(ax, series, labels=j == 0)
+    cfg = plan.env_config
+    fig.suptitle(f"{plan.env_name}: N = {cfg['num_clients']}, K = {cfg['clients_per_round']}, Ω = "
+                 f"{cfg['target_accuracy']:g}, ≤ {results.cap} rounds, {len(plan.seeds)} seeds; (n/m): episodes that "
+                 f"reached Ω\ndots: seeds · bars: 95% bootstrap CI"
+                 + (" · hollow: some episodes missed Ω and count as the cap (a lower bound) · dashed: the round cap"
+                    if missed else "") + (f" · dotted: {ref}'s mean" if ref and results.backends == 1 else ""),
+                 fontsize="medium")
+    return _save(fig, path)
+
+
+def plot_fairness(series: List[_Series], results: Results, plan: EvalPlan, path: Path) -> Path:
+    """Per-client final accuracy (box plots), Jain's index of the picks, per-client participation rates."""
+    cfg = plan.env_config
+    fig, axes = _figure(13.5, 0.36 * len(series) + 2.4, 1, 3, sharey=True)
+
+    ax = axes[0, 0]
+    data = [np.concatenate([np.asarray(r["clients"]["accuracy"], dtype=np.float64) for r in s.eps]) for s in series]
+    _boxes(ax, data, series)
+    for i, s in enumerate(series):
+        for m, marker in (("acc_worst10", "<"), ("acc_best10", ">")):
+            v = s.result.intervals[m].mean
+            if math.isfinite(v):
+                ax.plot([v], [i], marker=marker, color="black", markersize=6, linestyle="none", zorder=4)
+    ax.set_title("final per-client test accuracy\nbox: quartiles · | median · ◆ mean · ◀ ▶ worst / best 10%",
+                 fontsize="medium")
+    ax.set_xlabel(f"per-client accuracy ({cfg['num_clients']} clients × seeds)")
+    _policy_axis(ax, series, labels=True)
+
+    ax = axes[0, 1]
+    for i, s in enumerate(series):
+        _seed_dots(ax, i, [num(r["metrics"].get("jain_index")) for r in s.eps], s.color)
+        _interval(ax, i, s.result.intervals["jain_index"], s.color)
+    ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
+    ax.set_title("Jain's index of the picks: mean [95% CI]\n1 = every client picked equally often", fontsize="medium")
+    ax.set_xlabel("Jain's index of participation counts")
+    _policy_axis(ax, series, labels=False)
+
+    ax = axes[0, 2]
+    rates = [np.concatenate([np.asarray(r["clients"]["participation"], dtype=np.float64)
+                             / max(len(r["curves"]["round_time"]), 1) for r in s.eps]) for s in series]
+    _boxes(ax, rates, series, means=False)
+    for i, s in enumerate(series):
+        _interval(ax, i - 0.38, s.result.intervals["min_participation_rate"], "black", size=4.5)
+    uniform = cfg["clients_per_round"] / cfg["num_clients"]
+    ax.axvline(uniform, color=GREY, linestyle=":", linewidth=1.2)
+    ax.set_title(f"participation rate per client (rounds picked / rounds)\n● min rate: mean [95% CI] · "
+                 f"dotted: K/N = {uniform:.2f}", fontsize="medium")
+    ax.set_xlabel("participation rate")
+    _policy_axis(ax, series, labels=False)
+    fig.suptitle(f"Fairness on {plan.env_name} ({len(plan.seeds)} seeds; reached Ω / episodes after each name)",
+                 fontsize="medium")
+    return _save(fig, path)
+
+
+def _boxes(ax: Any, data: List[np.ndarray], series: List[_Series], means: bool = True) -> None:
+    box = ax.boxplot(data, positions=list(range(len(series))), orientation="horizontal", widths=0.6,
+                     patch_artist=True, showmeans=means, showfliers=True, manage_ticks=False,
+                     medianprops={"color": "black"}, flierprops={"markersize": 3, "alpha": 0.5},
+                     meanprops={"marker": "D", "markerfacecolor": "white", "markeredgecolor": "black",
+                                "markersize": 5})
+    for patch, s in zip(box["boxes"], series):
+        patch.set_facecolor(s.color)
+        patch.set_alpha(0.55)
+
+
+def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: Path, x: np.ndarray,
+                curves: Callable[[List[Mapping[str, Any]]], np.ndarray], title: str, xlabel: str, ylabel: str,
+                target: Optional[float] = None, integer_x: bool = False) -> Path:
+    """Small multiples: one panel per series with its mean over seeds and a 95% t band, the reference
+    policy's mean in grey, and the target as a dashed line. ``curves(eps)`` gives episodes × len(x)
+    (NaN where an episode no longer runs)."""
+    n = len(series)
+    ncols = min(4, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = _figure(3.4 * ncols + 0.6, 2.5 * nrows + 1.0, nrows, ncols, sharex=True, sharey=True)
+    bands = {id(s): t_band(curves(s.eps)) for s in series}  # (mean, lower, upper) per series
+    for i, s in enumerate(series):
+        ax = axes[i // ncols, i % ncols]
+        if s.reference is not None:
+            ax.plot(x, bands[id(s.reference)][0], color=GREY, linewidth=1.2)
+        mean, lo, hi = bands[id(s)]
+        ax.fill_between(x, lo, hi, color=s.color, alpha=0.3, linewidth=0)
+        ax.plot(x, mean, color=s.color, linewidth=2)
+        if target is not None:
+            ax.axhline(target, color="black", linestyle="--", linewidth=0.8)
+        ax.set_title(f"{s.label} ({s.result.reached}/{s.result.episodes} reached Ω)", fontsize="medium",
+                     fontweight="bold" if s.is_reference else "normal")
+        ax.grid(alpha=0.3)
+        if i // ncols == nrows - 1 or i + ncols >= n:
+            ax.set_xlabel(xlabel)
+            ax.tick_params(axis="x", labelbottom=True)
+        if i % ncols == 0:
+            ax.set_ylabel(ylabel)
+        if integer_x:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for k in range(n, nrows * ncols):
+        axes[k // ncols, k % ncols].set_visible(False)
+    ref = f"; grey: {results.reference}'s mean (the reference)" if results.reference else ""
+    omega = "; dashed: the target Ω" if target is not None else ""
+    fig.suptitle(f"{title}\nmean over {len(plan.seeds)} seeds with a 95% t confidence band{ref}{omega}",
+                 fontsize="medium")
+    return _save(fig, path)
+
+
+def _held(values: Sequence[Optional[float]], length: int) -> np.ndarray:
+    """A curve extended to ``length`` points by holding its last value (the training job has ended)."""
+    v = np.array([num(x) for x in values], dtype=np.float64)
+    return np.concatenate([v, np.full(length - v.size, v[-1])]) if v.size < length else v[:length]
+
+
+def plot_participation(series: List[_Series], plan: EvalPlan, path: Path) -> Path:
+    """A heat map: each client's participation rate (rounds picked / episode rounds, mean over seeds)."""
+    n = plan.env_config["num_clients"]
+    fig, axes = _figure(max(7.5, 0.3 * n + 3.5), max(3.0, 0.4 * len(series) + 1.8))
+    ax = axes[0, 0]
+    rates = np.stack([np.mean([np.asarray(r["clients"]["participation"], dtype=np.float64)
+                               / max(len(r["curves"]["round_time"]), 1) for r in s.eps], axis=0) for s in series])
+    im = ax.imshow(rates, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0.0)
+    ax.set_yticks(range(len(series)), [s.label for s in series])
+    if n <= 40:  # every client labelled; beyond that the default ticks keep the axis legible
+        ax.set_xticks(range(n), [str(i) for i in range(n)], fontsize="small")
+    ax.set(title="Participation rate per client (rounds picked / episode rounds, mean over seeds)\n"
+                 "client k is the same client for every policy under the same seed",
+           xlabel="client index", ylabel="policy")
+    fig.colorbar(im, ax=ax, label="participation rate")
+    return _save(fig, path)
+
+
+def plot_all(records: Sequence[Mapping[str, Any]], plan: EvalPlan, out: Union[str, Path],
+             results: Optional[Results] = None) -> List[Path]:
+    """Write the PNGs of :data:`PLOT_FILES` into ``out`` and return their paths.
+
+    :param results: the comparison the tables show (default: :func:`~fedsel_eval.results.compare` with
+        the default reference).
     """
     out = Path(out)
-    cfg = plan.env_config
-    n_seeds = len(plan.seeds)
-    groups = []
-    for policy, backend in plan.series():
-        eps = sorted((r for r in records if r["policy"] == policy and r["backend"] == backend),
-                     key=lambda r: r["seed"])
-        if eps:
-            groups.append((_series_label(policy, backend, plan), eps))
-    if not groups:
+    out.mkdir(parents=True, exist_ok=True)
+    results = results if results is not None else compare(records, plan)
+    series = _series(records, results)
+    if not series:
         return []
-    from matplotlib import colormaps
-
-    cmap = colormaps["tab10" if len(groups) <= 10 else "tab20"]
-    colors = [cmap(i % cmap.N) for i in range(len(groups))]
-    seeds_txt = f"mean ± std over {n_seeds} seed{'s' if n_seeds > 1 else ''}"
-    omega = cfg["target_accuracy"]
-    paths = []
-
-    # accuracy against round
-    fig, ax = _figure()
-    length = max(len(r["curves"]["accuracy"]) for _, eps in groups for r in eps)
-    x = np.arange(length)
-    for (label, eps), c in zip(groups, colors):
-        ys = np.stack([_held(r["curves"]["accuracy"], length) for r in eps])
-        ax.plot(x, ys.mean(0), color=c, label=label)
-        ax.fill_between(x, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), color=c, alpha=0.15, linewidth=0)
-    ax.axhline(omega, color="black", linestyle="--", linewidth=1, label=f"target Ω = {omega:g}")
-    ax.set(title=f"Global test accuracy by round ({seeds_txt})", xlabel="communication round",
-           ylabel="global test accuracy (fraction)")
-    _finish(ax, integer_x=True)
-    paths.append(_save(fig, out / "accuracy_vs_round.png"))
-
-    # accuracy against simulated time: each episode as a step function of its clock
-    fig, ax = _figure()
-    t_end = max(r["curves"]["clock"][-1] for _, eps in groups for r in eps)
+    omega = float(plan.env_config["target_accuracy"])
+    length = max(len(r["curves"]["accuracy"]) for s in series for r in s.eps)
+    t_end = max(r["curves"]["clock"][-1] for s in series for r in s.eps)
     grid = np.linspace(0.0, max(t_end, 1e-9), 300)
-    for (label, eps), c in zip(groups, colors):
+
+    def by_time(eps: List[Mapping[str, Any]]) -> np.ndarray:  # each episode a step function of its clock
         ys = []
         for r in eps:
             clock = np.asarray(r["curves"]["clock"], dtype=np.float64)
             acc = np.array([num(a) for a in r["curves"]["accuracy"]])
             ys.append(acc[np.searchsorted(clock, grid, side="right") - 1])
-        ys = np.stack(ys)
-        ax.plot(grid, ys.mean(0), color=c, label=label)
-        ax.fill_between(grid, ys.mean(0) - ys.std(0), ys.mean(0) + ys.std(0), color=c, alpha=0.15, linewidth=0)
-    ax.axhline(omega, color="black", linestyle="--", linewidth=1, label=f"target Ω = {omega:g}")
-    ax.set(title=f"Global test accuracy by simulated time ({seeds_txt})", xlabel="simulated time (s)",
-           ylabel="global test accuracy (fraction)")
-    _finish(ax)
-    paths.append(_save(fig, out / "accuracy_vs_time.png"))
+        return np.stack(ys)
 
-    # final per-client accuracy
-    fig, ax = _figure(max(7.5, 0.8 * len(groups) + 2))
-    data = [np.concatenate([np.asarray(r["clients"]["accuracy"], dtype=np.float64) for r in eps])
-            for _, eps in groups]
-    box = ax.boxplot(data, patch_artist=True, showmeans=True, widths=0.6, medianprops={"color": "black"},
-                     meanprops={"marker": "^", "markerfacecolor": "white", "markeredgecolor": "black"})
-    for patch, c in zip(box["boxes"], colors):
-        patch.set_facecolor(c)
-        patch.set_alpha(0.6)
-    ax.set_xticks(range(1, len(groups) + 1), [g[0] for g in groups], rotation=30, ha="right")
-    ax.set(title=f"Final per-client test accuracy ({cfg['num_clients']} clients × {n_seeds} seeds per box)\n"
-                 f"box: quartiles, line: median, ▲: mean", xlabel="policy", ylabel="per-client test accuracy (fraction)")
-    paths.append(_save(fig, out / "client_accuracy.png"))
+    rounds = max(len(r["curves"]["round_time"]) for s in series for r in s.eps)
 
-    # participation per client
-    n = cfg["num_clients"]
-    fig, ax = _figure(max(7.5, 0.3 * n + 3), max(3.0, 0.45 * len(groups) + 1.8))
-    counts = np.stack([np.mean([r["clients"]["participation"] for r in eps], axis=0) for _, eps in groups])
-    im = ax.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")
-    ax.set_yticks(range(len(groups)), [g[0] for g in groups])
-    if n <= 40:  # every client labelled; beyond that the default ticks keep the axis legible
-        ax.set_xticks(range(n), [str(i) for i in range(n)], fontsize="small")
-    ax.set(title="Rounds each client took part in (mean over seeds)\nan episode ends at Ω or at the round budget",
-           xlabel="client index", ylabel="policy")
-    fig.colorbar(im, ax=ax, label="rounds participated (count)")
-    paths.append(_save(fig, out / "participation.png"))
-
-    # round time per round
-    fig, ax = _figure()
-    for (label, eps), c in zip(groups, colors):
-        length = max(len(r["curves"]["round_time"]) for r in eps)
-        ys = np.full((len(eps), length), np.nan)
+    def round_times(eps: List[Mapping[str, Any]]) -> np.ndarray:  # NaN once an episode has ended
+        ys = np.full((len(eps), rounds), np.nan)
         for i, r in enumerate(eps):
             ys[i, :len(r["curves"]["round_time"])] = r["curves"]["round_time"]
-        x = np.arange(1, length + 1)
-        mean, std = np.nanmean(ys, 0), np.nanstd(ys, 0)
-        ax.plot(x, mean, color=c, label=label)
-        ax.fill_between(x, mean - std, mean + std, color=c, alpha=0.08, linewidth=0)
-    ax.set(title="Simulated round time (slowest responder)\nmean ± std over the episodes still running",
-           xlabel="communication round", ylabel="round time (s, simulated)")
-    _finish(ax, integer_x=True)
-    paths.append(_save(fig, out / "round_time.png"))
-    return paths
+        return ys
+
+    return [
+        plot_headline(series, results, plan, out / "headline.png"),
+        plot_fairness(series, results, plan, out / "fairness.png"),
+        plot_curves(series, results, plan, out / "accuracy_vs_round.png", np.arange(length),
+                    lambda eps: np.stack([_held(r["curves"]["accuracy"], length) for r in eps]),
+                    "Global test accuracy by communication round (an episode that reached Ω keeps its accuracy)",
+                    "communication round", "test accuracy", omega, integer_x=True),
+        plot_curves(series, results, plan, out / "accuracy_vs_time.png", grid, by_time,
+                    "Global test accuracy by simulated time (an episode that reached Ω keeps its accuracy)",
+                    "simulated time (s)", "test accuracy", omega),
+        plot_participation(series, plan, out / "participation.png"),
+        plot_curves(series, results, plan, out / "round_time.png", np.arange(1, rounds + 1), round_times,
+                    "Simulated round time (the slowest responder), over the episodes still running",
+                    "communication round", "round time (s)", integer_x=True),
+    ]
 
 
-__all__ = ["PLOT_FILES", "plot_all"]
+__all__ = ["PLOT_FILES", "plot_all", "plot_curves", "plot_fairness", "plot_headline", "plot_participation"]

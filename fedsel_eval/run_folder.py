@@ -1,4 +1,4 @@
-"""An evaluation's run folder on disk: ``config.json``, ``episodes.jsonl``, the summaries, the plots.
+"""An evaluation's run folder on disk: ``config.json``, ``episodes.jsonl``, the tables, the plots.
 
 Owns the files' names and layout version, opening a folder new or for ``--resume`` (refusing a
 different evaluation, naming the differences), reading the finished episodes (a line cut short by a
@@ -17,16 +17,22 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Union
 import numpy as np
 
 from .plots import PLOT_FILES
-from .summary import summary_csv, summary_markdown
+from .summary import summary_csv
+from .tables import episodes_csv, rows_csv, summary_markdown
 
 if TYPE_CHECKING:
     from .plan import EvalPlan
+    from .results import Results
 
 #: Files of a run folder (and :data:`fedsel_eval.plots.PLOT_FILES`).
 CONFIG_FILE = "config.json"
 EPISODES_FILE = "episodes.jsonl"
-SUMMARY_CSV = "summary.csv"
-SUMMARY_MD = "summary.md"
+SUMMARY_CSV = "summary.csv"          # mean and std of every metric per policy × backend
+SUMMARY_MD = "summary.md"            # the main and fairness tables (printed)
+MAIN_CSV = "main_table.csv"          # the main table's numbers, with CIs and paired differences
+FAIRNESS_CSV = "fairness_table.csv"  # the fairness table's numbers, with CIs
+EPISODES_CSV = "episodes.csv"        # every episode's metrics
+TABLE_FILES = (SUMMARY_CSV, SUMMARY_MD, MAIN_CSV, FAIRNESS_CSV, EPISODES_CSV)
 #: Version of the run-folder layout (stored in config.json).
 FORMAT_VERSION = 1
 
@@ -66,7 +72,7 @@ class RunFolder:
                                  f"({'; '.join(diffs)}); use another --name / --out, or --overwrite to start over")
             return run
         if overwrite:
-            for name in (CONFIG_FILE, EPISODES_FILE, SUMMARY_CSV, SUMMARY_MD) + PLOT_FILES:
+            for name in (CONFIG_FILE, EPISODES_FILE) + TABLE_FILES + PLOT_FILES:
                 (run.path / name).unlink(missing_ok=True)
         run.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(stored, json.dumps(jsonable(config), indent=2) + "\n")
@@ -105,10 +111,15 @@ class RunFolder:
             f.flush()
             os.fsync(f.fileno())
 
-    def write_summary(self, rows: Sequence[Mapping[str, Any]], plan: EvalPlan) -> str:
-        """Write ``summary.csv`` and ``summary.md``; return the Markdown."""
-        md = summary_markdown(rows, plan)
+    def write_summary(self, records: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                      results: Results, plan: EvalPlan) -> str:
+        """Write the tables (:data:`TABLE_FILES`): ``summary.md`` from ``results``, ``summary.csv`` from
+        ``rows`` (:func:`~fedsel_eval.summary.summarise`), ``episodes.csv`` from ``records``; return the Markdown."""
+        md = summary_markdown(results, plan)
         atomic_write_text(self.path / SUMMARY_CSV, summary_csv(rows))
+        atomic_write_text(self.path / MAIN_CSV, rows_csv(results.main_rows()))
+        atomic_write_text(self.path / FAIRNESS_CSV, rows_csv(results.fairness_rows()))
+        atomic_write_text(self.path / EPISODES_CSV, episodes_csv(records, plan))
         atomic_write_text(self.path / SUMMARY_MD, md)
         return md
 
@@ -182,5 +193,5 @@ def jsonable(x: Any) -> Any:
     return x
 
 
-__all__ = ["CONFIG_FILE", "EPISODES_FILE", "FORMAT_VERSION", "SUMMARY_CSV", "SUMMARY_MD", "RunFolder",
-           "atomic_write_text", "config_differences", "jsonable"]
+__all__ = ["CONFIG_FILE", "EPISODES_CSV", "EPISODES_FILE", "FAIRNESS_CSV", "FORMAT_VERSION", "MAIN_CSV", "SUMMARY_CSV",
+           "SUMMARY_MD", "TABLE_FILES", "RunFolder", "atomic_write_text", "config_differences", "jsonable"]

@@ -1,9 +1,10 @@
-"""The summary of an evaluation: SPEC §5's per-episode metrics, averaged over seeds, as CSV and Markdown.
+"""The summary of an evaluation: SPEC §5's per-episode metrics, averaged over seeds, as ``summary.csv``.
 
-Owns the metric table (:data:`METRICS`: key → Markdown header and number format), the columns the
-Markdown table shows, mean ± standard deviation per (policy, backend) (:func:`summarise`), and the
-text of ``summary.csv`` and ``summary.md``. The metrics of one episode are computed where it runs
-(:func:`fedsel_eval.episodes.run_episode`).
+Owns the metric table (:data:`METRICS`: key → short header and number format), mean ± standard
+deviation of every metric per (policy, backend) (:func:`summarise`), and the text of ``summary.csv``
+(every metric, for people who want them all). The metrics of one episode are computed where it runs
+(:func:`fedsel_eval.episodes.run_episode`); the tables people read, with confidence intervals, are
+:mod:`.tables`'.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .plan import EvalPlan
 
-#: Per-episode metrics (SPEC §5): key → (Markdown header, number format). The summary has
-#: ``<key>_mean`` and ``<key>_std`` for each; the Markdown table shows them as "mean ± std".
+#: Per-episode metrics (SPEC §5): key → (short header, number format). ``summary.csv`` has
+#: ``<key>_mean`` and ``<key>_std`` for each, ``episodes.csv`` every episode's value.
 METRICS: Dict[str, Tuple[str, str]] = {
     "rounds_to_target": ("rounds to Ω", ".1f"),
     "time_to_target": ("time to Ω (s)", ".0f"),
@@ -46,10 +47,6 @@ METRICS: Dict[str, Tuple[str, str]] = {
     "dropouts": ("drop-outs", ".0f"),
     "late_arrivals": ("late", ".0f"),
 }
-#: The metrics the Markdown table (and the printed table) shows, in order; the CSV has all of them.
-TABLE_METRICS = ("rounds_to_target", "time_to_target", "final_accuracy", "best_accuracy", "acc_mean",
-                 "acc_std", "acc_var_1e4", "acc_worst10", "acc_best10", "jain_index",
-                 "min_participation_rate", "mean_round_time", "improved_fraction", "updates_sent")
 
 
 def num(v: Any) -> float:
@@ -97,29 +94,4 @@ def summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def _cell(row: Mapping[str, Any], key: str) -> str:
-    mean, std = row[f"{key}_mean"], row[f"{key}_std"]
-    if not math.isfinite(mean):
-        return "—"
-    fmt = METRICS[key][1]
-    return f"{mean:{fmt}} ± {std:{fmt}}"
-
-
-def summary_markdown(rows: Sequence[Mapping[str, Any]], plan: EvalPlan) -> str:
-    """The summary as a Markdown table (mean ± std over seeds; "—" where Ω was never reached)."""
-    cfg = plan.env_config
-    head = (f"Evaluation on `{plan.env_name}`: N = {cfg['num_clients']} clients, K = {cfg['clients_per_round']} "
-            f"per round ({cfg['action_mode']}), target Ω = {cfg['target_accuracy']}, at most "
-            f"{cfg['max_rounds']} rounds, seeds {plan.seeds}. Mean ± std over seeds; rounds and time to Ω over "
-            f"the episodes that reached it (\"reached\"); client accuracies are final per-client test accuracies.\n")
-    cols = ["policy", "backend", "reached"] + [METRICS[k][0] for k in TABLE_METRICS] + ["diverged"]
-    lines = [head, "| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(cols) - 3)) + "|"]
-    for row in rows:
-        cells = [row["policy"], row["backend"], f"{row['reached']}/{row['episodes']}"]
-        cells += [_cell(row, k) for k in TABLE_METRICS] + [f"{row['diverged']}/{row['episodes']}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-
-__all__ = ["METRICS", "TABLE_METRICS", "num", "summarise", "summary_columns", "summary_csv", "summary_markdown"]
+__all__ = ["METRICS", "num", "summarise", "summary_columns", "summary_csv"]

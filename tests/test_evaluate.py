@@ -69,9 +69,18 @@ def test_default_run_writes_table_csv_jsonl_and_plots(default_run, capsys):
         assert col in rows[0]
 
     md = (default_run / "summary.md").read_text()
-    table = [line for line in md.splitlines() if line.startswith("|")]
-    assert "rounds to Ω" in table[0] and "Jain" in table[0] and "worst 10%" in table[0]
-    assert len(table) == 2 + len(expected)
+    tables = md.split("**Fairness**")  # the main table, then the fairness table
+    main, fair = ([line for line in t.splitlines() if line.startswith("|")] for t in tables)
+    assert "rounds to Ω" in main[0] and "time to Ω" in main[0] and "Δ rounds vs random" in main[0]
+    assert "Jain" in fair[0] and "worst 10%" in fair[0] and "min part. rate" in fair[0]
+    assert len(main) == len(fair) == 2 + len(expected)
+    assert max(len(line) for line in md.splitlines()) <= ev.tables.WIDTH
+    with open(default_run / "main_table.csv") as f:
+        main_rows = list(csv.DictReader(f))
+    assert [row["policy"] for row in main_rows] == expected
+    assert {"rounds_to_target_lo", "rounds_to_target_hi", "delta_rounds_to_target_mean"} <= set(main_rows[0])
+    with open(default_run / "episodes.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(recs)  # every episode, every metric
     for name in ev.PLOT_FILES:
         png = (default_run / name).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -291,6 +300,8 @@ def test_sb3_policy_model_acts_in_the_env_mode(tmp_path):
     (["--target", "1.5"], r"target_accuracy"),
     (["--workers", "0"], r"--workers = 0"),
     (["--config", "nowhere.yaml"], r"eval config file 'nowhere.yaml' does not exist"),
+    (["--policy", "afl", "--reference", "random"],
+     r"--reference 'random' is not one of the evaluated policies \['afl'\].*--policy random"),
 ])
 def test_bad_input_fails_at_once_with_a_clear_message(argv, message, tmp_path):
     base = ["--env", "tiny", "--no-progress", "--no-plots", "--out", str(tmp_path / "bad")]
