@@ -1,0 +1,129 @@
+"""The per-client selector (``per_client``): a trained permutation-equivariant scorer, deployed as top-K.
+
+Issue #19. The network (``agents/per_client_net.py``) gives every client a score from its own token and
+a pooled summary of the federation; the agent selects the K available clients with the highest scores.
+Because no weight depends on N or on the clients' order, a model trained on one federation (or on
+many: ``federation_seed: null`` draws a new one each episode) runs on any other with the same PCA
+width d, at any N — FAVOR's flat Q-network cannot (SPEC §4).
+
+Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerClientActorCriticPolicy`
+(``topk`` scores; the Gaussian's mean is used) and (Double) DQN with
+:class:`~agents.per_client_net.PerClientDQNPolicy` (per-client Q-values).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+from gymnasium import spaces
+
+from fedsel_env.spec import SelectionSpec
+
+from . import AGENTS
+from .base import SelectionAgent
+from .saved_models import load_model
+
+#: the SB3 class each per-client policy is trained with (read from the zip's ``policy_class``)
+_POLICY_ALGOS = {"PerClientActorCriticPolicy": ("stable_baselines3", "PPO"),
+                 "PerClientDQNPolicy": ("agents.favor", "DoubleDQN")}
+
+
+def _policy_class_name(zip_path: Path) -> str:
+    """The policy class a saved SB3 zip names (its ``data`` JSON), without loading it."""
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            data = json.loads(z.read("data").decode("utf-8"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"per_client agent: {str(zip_path)!r} is not a saved SB3 model ({e})") from e
+    # SB3 stores the class as a base64 cloudpickle, which names it by module and qualified name
+    try:
+        raw = base64.b64decode(data["policy_class"][":serialized:"])
+    except (KeyError, TypeError, ValueError):
+        raw = b""
+    for name in _POLICY_ALGOS:
+        if name.encode() in raw:
+            return name
+    raise ValueError(f"per_client agent: {str(zip_path)!r} was not trained with a per-client policy "
+                     f"({sorted(_POLICY_ALGOS)}); FAVOR's flat models load with the 'favor' agent")
+
+
+def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spaces.Dict, device: str = "cpu") -> Any:
+    """Load a per-client model saved at ``path`` for the problem ``spec`` (any N, the same d).
+
+    The saved spaces are replaced by this problem's (no weight depends on N); the replay buffer of a
+    DQN-family model is not rebuilt (``buffer_size`` 1).
+    """
+    import importlib
+
+    p = Path(path)
+    zip_path = p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
+    if not zip_path.is_file():
+        raise ValueError(f"per_client agent: model_path {str(path)!r} does not exist")
+    module, name = _POLICY_ALGOS[_policy_class_name(zip_path)]
+    cls = getattr(importlib.import_module(module), name)
+    n = spec.num_clients
+    action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32) if name == "PPO" else spaces.Discrete(n)
+    custom: Dict[str, Any] = {"observation_space": obs_space, "action_space": action_space}
+    if name != "PPO":
+        custom["buffer_size"] = 1
+    return load_model(cls, zip_path, what="per_client agent: model", device=device, custom_objects=custom)
+
+
+@AGENTS.register("per_client")
+class PerClientAgent(SelectionAgent):
+    """The K available clients with the highest per-client scores (issue #19).
+
+    :param spec: the problem's public description.
+    :param seed: unused (deterministic); kept for the common signature.
+    :param model_path: a model trained with a per-client policy (``train_agent.py --algo pc_ppo`` or
+        ``pc_dqn``).
+    :param model: an already-loaded per-client SB3 model (instead of ``model_path``).
+    :param device: torch device for the network.
+    """
+
+    name = "per_client"
+
+    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, model_path: Union[str, Path, None] = None,
+                 model: Any = None, device: str = "cpu") -> None:
+        super().__init__(spec, seed=seed)
+        if (model_path is None) == (model is None):
+            raise ValueError("per_client agent: give exactly one of model_path= (a saved model .zip) or model=")
+        self.model_path = model_path
+        self.device = device
+        self.model = model
+        self._n = None if model is None else self._model_n(model)
+
+    @staticmethod
+    def _model_n(model: Any) -> int:
+        space = model.action_space
+        return int(space.n) if isinstance(space, spaces.Discrete) else int(space.shape[0])
+
+    def _ensure_model(self, obs: Dict[str, np.ndarray]) -> None:
+        """Load (or re-load for another N) the model for the observation's problem."""
+        n = int(np.asarray(obs["clients"]).shape[0])
+        if self.model is not None and self._n == n:
+            return
+        if self.model_path is None:
+            raise ValueError(f"per_client agent: the live model was built for N = {self._n} clients, the "
+                             f"observation has {n}; load it from its file (model_path=) to run at another N")
+        obs_space = spaces.Dict({k: spaces.Box(-np.inf, np.inf, shape=np.asarray(v).shape, dtype=np.float32)
+                                 for k, v in obs.items()})
+        self.model = load_per_client(self.model_path, self.spec, obs_space, device=self.device)
+        self._n = n
+
+    def scores(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        """Each client's score for one Dict observation: (N,)."""
+        from .per_client_net import per_client_scores
+
+        self._ensure_model(obs)
+        return per_client_scores(self.model, obs)
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        """The K available clients with the highest scores, best first (ties: lower index first)."""
+        avail = self.available(obs)
+        s = self.scores(obs)[avail]
+        return avail[np.argsort(-s, kind="stable")[: self.k]]

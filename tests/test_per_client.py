@@ -1,0 +1,140 @@
+"""The per-client selector (issue #19): equivariance, any N, masking, both SB3 forms, save/load."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO
+
+import agents
+from agents.favor import DoubleDQN
+from agents.per_client_net import (PerClientActorCriticPolicy, PerClientDQNPolicy, client_tokens,
+                                   per_client_scores)
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.spec import FEATURE_INDEX
+
+D = 3  # PCA width: fixed across N (the only size the network depends on)
+
+
+def env_of(n: int, mode: str, **extra) -> FedSelectEnv:
+    cfg = {"num_clients": n, "clients_per_round": 3, "max_rounds": 4, "model": "logreg", "samples_per_client": 20,
+           "target_accuracy": 0.99, "action_mode": mode, "observation": "dict", "pca_components": D, **extra}
+    return FedSelectEnv(config=cfg)
+
+
+def permuted(obs, perm):
+    out = dict(obs)
+    out["weights"] = np.concatenate([obs["weights"][:1], obs["weights"][1:][perm]])
+    out["clients"] = obs["clients"][perm]
+    return out
+
+
+@pytest.fixture(scope="module")
+def models():
+    """An untrained PPO and a few-step Double DQN, both per-client, on N = 6."""
+    ppo_env, dqn_env = env_of(6, "topk"), env_of(6, "one", one_mode_step="1/K")
+    ppo = PPO(PerClientActorCriticPolicy, ppo_env, n_steps=8, batch_size=8, n_epochs=1, seed=0, device="cpu")
+    dqn = DoubleDQN(PerClientDQNPolicy, dqn_env, learning_starts=4, buffer_size=64, batch_size=4, seed=0,
+                    device="cpu", train_freq=1)
+    ppo.learn(8)
+    dqn.learn(12)
+    yield ppo, dqn
+    ppo_env.close()
+    dqn_env.close()
+
+
+def test_permuting_the_clients_permutes_the_scores(models):
+    env = env_of(6, "topk")
+    obs, _ = env.reset(seed=3)
+    obs, *_ = env.step(np.linspace(-1, 1, 6).astype(np.float32))  # a round played: features differ per client
+    perm = np.random.default_rng(0).permutation(6)
+    for model in models:
+        s, s_perm = per_client_scores(model, obs), per_client_scores(model, permuted(obs, perm))
+        np.testing.assert_allclose(s_perm, s[perm], rtol=1e-5, atol=1e-6)
+        assert np.ptp(s) > 0  # not a constant: the test could fail
+    env.close()
+
+
+def test_tokens_are_finite_and_do_not_depend_on_the_pca_scale():
+    env = env_of(6, "topk")
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(np.linspace(-1, 1, 6).astype(np.float32))
+    t = client_tokens({k: th.as_tensor(v)[None] for k, v in obs.items()})
+    assert t.shape == (1, 6, D + 1 + 12 + 5) and th.isfinite(t).all()
+    # the weight part is relative to the set's spread: scaling every PCA row leaves the tokens as they are
+    scaled = {**obs, "weights": obs["weights"] * 7.0 + 3.0}
+    t2 = client_tokens({k: th.as_tensor(v)[None] for k, v in scaled.items()})
+    th.testing.assert_close(t2, t, rtol=1e-4, atol=1e-5)
+    env.close()
+
+
+def test_trained_at_small_n_runs_at_large_n(models, tmp_path):
+    for i, model in enumerate(models):
+        path = tmp_path / f"m{i}.zip"
+        model.save(path)
+        big = env_of(30, "topk", system={"availability": 0.5})
+        obs, _ = big.reset(seed=1)
+        agent = agents.make("per_client", big.selection_spec, model_path=path)
+        for _ in range(3):
+            action, _ = agent.predict(obs)
+            avail = obs["clients"][:, FEATURE_INDEX["available"]] > 0.5
+            picked = big.action_mode.decode(action, avail)
+            chosen = agent.select(obs)
+            assert len(chosen) == min(3, avail.sum())
+            assert avail[chosen].all(), "a masked (unavailable) client was picked"
+            assert set(chosen) == set(picked)
+            obs, _, term, trunc, _ = big.step(action)
+            if term or trunc:
+                break
+        assert agent.scores(obs).shape == (30,)
+        big.close()
+
+
+def test_the_greedy_q_action_skips_unavailable_clients(models):
+    _, dqn = models
+    env = env_of(6, "one", system={"availability": 0.5})
+    obs, _ = env.reset(seed=5)
+    q = per_client_scores(dqn, obs)
+    avail = obs["clients"][:, FEATURE_INDEX["available"]] > 0.5
+    assert 0 < avail.sum() < 6
+    # make an unavailable client the best by Q: the greedy action must still be available
+    action, _ = dqn.predict(obs, deterministic=True)
+    assert avail[int(action)]
+    assert int(action) == np.flatnonzero(avail)[np.argmax(q[avail])]
+    env.close()
+
+
+def test_wrong_action_space_is_refused():
+    env = env_of(6, "one")
+    with pytest.raises(ValueError, match="topk"):
+        PPO(PerClientActorCriticPolicy, env, n_steps=8, batch_size=8, device="cpu")
+    env.close()
+    env = env_of(6, "topk")
+    with pytest.raises(AssertionError, match="Discrete"):  # SB3's DQN refuses it before the policy is built
+        DoubleDQN(PerClientDQNPolicy, env, device="cpu")
+    env.close()
+
+
+def test_flat_observation_is_refused():
+    env = env_of(6, "topk")
+    env.close()
+    flat = FedSelectEnv(config={"num_clients": 6, "clients_per_round": 3, "max_rounds": 4, "model": "logreg",
+                                "samples_per_client": 20, "action_mode": "topk", "observation": "flat"})
+    with pytest.raises(ValueError, match="observation: dict"):
+        PPO(PerClientActorCriticPolicy, flat, n_steps=8, batch_size=8, device="cpu")
+    flat.close()
+
+
+def test_a_flat_favor_model_is_not_a_per_client_model(tmp_path):
+    env = FedSelectEnv(config={"num_clients": 6, "clients_per_round": 3, "max_rounds": 4, "model": "logreg",
+                               "samples_per_client": 20, "action_mode": "one", "observation": "flat"})
+    m = DoubleDQN("MlpPolicy", env, learning_starts=1, buffer_size=16, device="cpu")
+    m.save(tmp_path / "flat.zip")
+    spec_env = env_of(6, "topk")
+    spec_env.reset(seed=0)
+    agent = agents.make("per_client", spec_env.selection_spec, model_path=tmp_path / "flat.zip")
+    obs, _ = spec_env.reset(seed=0)
+    with pytest.raises(ValueError, match="not trained with a per-client policy"):
+        agent.select(obs)
+    env.close()
+    spec_env.close()
