@@ -8,13 +8,14 @@
 The script reads top to bottom (CleanRL style); the machinery lives in :mod:`agents.training`:
 1. the arguments (:class:`~agents.training.cli.Args`);
 2. the env config: the preset / env id / YAML file (``fedsel_env.config.resolve_env``), the algorithm's
-   own ``env_config`` from its hyper-parameter file, then ``--env-kwargs``; checked against what the
+   own ``env_kwargs`` from its hyper-parameter file, then ``--env-kwargs``; checked against what the
    algorithm can act in;
 3. the hyper-parameters: ``configs/<algo>.yml``, keyed by env id as in rl-zoo3, then ``--hyperparams``;
 4. the training envs (``SubprocVecEnv`` when ``--n-envs`` > 1, one torch thread per worker);
 5. the model, new or resumed from the run's last checkpoint (model + replay buffer + step count);
 6. the callbacks: evaluation of the *deployed* form (FAVOR: the ``topk`` agent taking the K highest
-   Q-values; logged as mean return, success rate and rounds to the target), checkpoints;
+   Q-values; logged as mean return, success rate and rounds to the target), checkpoints, each training
+   episode's FL metrics (``fl/`` in TensorBoard) and any the hyper-parameters' ``callback`` names;
 7. ``learn`` with TensorBoard logs and a progress bar;
 8. the final model, saved with the exact env config beside it.
 
@@ -40,7 +41,7 @@ import torch
 from agents.training import cli
 from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, eval_env_config, is_off_policy
 from agents.training.atomic import atomic_save, atomic_write_yaml
-from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, per_call
+from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, config_callbacks, per_call
 from agents.training.cli import Args, check_counts, parse_key_values
 from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env
 from agents.training.hyperparams import check_policy, load_hyperparams, model_kwargs
@@ -67,7 +68,7 @@ def prepare(args: Args) -> Dict[str, Any]:
         overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
         if args.device is not None:  # --device: the simulator's device, and the learner's below
             overrides["device"] = args.device
-        env_config = build_env_config(args.algo, preset, overrides, hp.get("env_config") or {})
+        env_config = build_env_config(args.algo, preset, overrides, hp.get("env_kwargs") or {})
         args.name = args.name or default_run_name(args.algo, args.env, args.seed)
         run_dir = Path(args.runs_dir) / args.name
         check_new_run(run_dir)
@@ -81,7 +82,9 @@ def prepare(args: Args) -> Dict[str, Any]:
     args.device = args.device or str(device)
     policy = check_policy(hp, env_config)
     kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
-    return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs}
+    callbacks = config_callbacks(hp.get("callback"))  # FLMetricsCallback and those the entry names
+    return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs,
+            "callbacks": callbacks}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:
@@ -124,7 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         start = time.perf_counter()
         try:
             if remaining > 0:
-                model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb],
+                model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb, *setup["callbacks"]],
                             progress_bar=args.progress_bar, tb_log_name=args.algo.upper(),
                             reset_num_timesteps=not resumed)
         except KeyboardInterrupt:

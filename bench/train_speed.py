@@ -56,7 +56,7 @@ def measure_speed(steps: int, warmup: int) -> Dict[str, Any]:
     setup = ta.prepare(ta.parse_args(["--algo", "favor+", "--env", "default", "--runs-dir", "/tmp/fedsel_bench"]))
     kwargs = dict(setup["kwargs"], learning_starts=0)
     out: Dict[str, Any] = {"preset": "default", "steps": steps, "warmup": warmup, "hyperparams": {
-        k: v for k, v in setup["hp"].items() if k != "env_config"}, "rates": {}}
+        k: v for k, v in setup["hp"].items() if k not in ("env_kwargs", "env_config", "callback")}, "rates": {}}
     for n_envs in (1, 2):
         env = make_vec_env(setup["env_config"], n_envs)
         model = DoubleDQN("MlpPolicy", env, seed=0, device="cpu", **kwargs)

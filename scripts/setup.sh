@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up fedsel on a fresh Debian machine: system packages, a virtualenv in .venv, the project, its test
-# tools and the Flower, Ray and MO-Gymnasium extras.
+# tools and the Flower, Ray, MO-Gymnasium and rl-zoo3 extras.
 # Idempotent: a second run only checks what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,5 +20,5 @@ PY=${PYTHON:-python3}
 # torch is pinned: this machine holds these wheels locally; a looser requirement downloads several GB.
 .venv/bin/python -c "import torch, torchvision" 2>/dev/null \
   || .venv/bin/python -m pip install -q torch==2.14.1 torchvision==0.29.1
-.venv/bin/python -m pip install -q -e ".[test,flower,ray,mo]"
+.venv/bin/python -m pip install -q -e ".[test,flower,ray,mo,zoo]"
 echo "fedsel is set up in .venv"

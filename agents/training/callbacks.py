@@ -1,4 +1,5 @@
-"""The callbacks of a training run: evaluation of the deployed agent, and consistent, atomic checkpoints.
+"""The callbacks of a training run: evaluation of the deployed agent, consistent atomic checkpoints, and the FL
+metrics of every training episode in TensorBoard (:class:`FLMetricsCallback`, also rl-zoo3's ``callback:``).
 
 Their frequencies are in callback calls; one call is one step of every env of the ``VecEnv``, so a
 frequency in env steps is divided by ``n_envs`` (:func:`per_call`). They count calls from the run's
@@ -7,12 +8,13 @@ the steps the uninterrupted run would have (:func:`due`).
 """
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
 import numpy as np
-from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+from stable_baselines3.common.callbacks import BaseCallback, CheckpointCallback, EvalCallback
 from stable_baselines3.common.evaluation import evaluate_policy
 
 from .atomic import atomic_save
@@ -177,3 +179,75 @@ class AtomicCheckpointCallback(CheckpointCallback):
         done = [p.name for p in list_checkpoints(Path(self.save_path))]
         if self.save_freq > 0 and f"{self.name_prefix}_{self.model.num_timesteps}_steps.zip" not in done:
             self.save_now()
+
+
+class FLMetricsCallback(BaseCallback):
+    """The FL outcome of every training episode, logged as SB3 scalars (TensorBoard's ``fl/`` section).
+
+    At each episode's end it reads that step's ``info`` (``fedsel_env/episode_info.py``) and records
+    ``fl/final_accuracy`` (the global model's accuracy), ``fl/jain_index`` (Jain's index of the clients'
+    participation counts), ``fl/clock_s`` (the simulated FL wall clock, seconds, profiling round excluded)
+    and, when the target accuracy was reached, ``fl/rounds_to_target`` (communication rounds: steps times
+    the env's ``server_step``, 1/K of a round per step in the ``one`` mode with ``one_mode_step: 1/K``)
+    and ``fl/time_to_target_s``. Values are means over the episodes that ended since SB3's last dump
+    (``logger.record_mean``), written at SB3's own dumps (every ``log_interval`` episodes off-policy, every
+    rollout on-policy) and at the end of training. Needs no arguments, so rl-zoo3's hyper-parameter files
+    can name it: ``callback: agents.training.callbacks.FLMetricsCallback``.
+    """
+
+    def __init__(self, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self.server_step: List[float] = []
+        self._pending = False
+
+    def _on_training_start(self) -> None:
+        try:  # the fraction of a round one step stands for, per env (fedsel_env.env.FedSelectEnv.server_step)
+            self.server_step = [float(s) for s in self.training_env.get_attr("server_step")]
+        except AttributeError:  # not a FedSelect env: steps are rounds
+            self.server_step = [1.0] * self.training_env.num_envs
+
+    def _on_step(self) -> bool:
+        for i, (done, info) in enumerate(zip(self.locals["dones"], self.locals["infos"])):
+            if not done or "clock" not in info:
+                continue
+            self.logger.record_mean("fl/final_accuracy", float(info["accuracy"]))
+            self.logger.record_mean("fl/jain_index", float(info["jain_index"]))
+            self.logger.record_mean("fl/clock_s", float(info["clock"]))
+            if info.get("is_success"):
+                self.logger.record_mean("fl/rounds_to_target", info["round"] * self.server_step[i])
+                self.logger.record_mean("fl/time_to_target_s", float(info["clock"]))
+            self._pending = True
+        return True
+
+    def _on_training_end(self) -> None:
+        if self._pending and "fl/final_accuracy" in self.logger.name_to_value:  # episodes since the last dump
+            self.logger.dump(self.num_timesteps)
+
+
+def config_callbacks(spec: Any) -> List[BaseCallback]:
+    """The callbacks a hyper-parameter entry's ``callback`` names, as rl-zoo3 reads it: a class path
+    (``pkg.module.Class`` or ``pkg.module:Class``), a list of them, or one-key mappings ``{path: kwargs}``;
+    :class:`FLMetricsCallback` is always among them (once).
+
+    :raises ValueError: for a path that does not import or is not an SB3 callback class.
+    """
+    items = [] if spec is None else spec if isinstance(spec, list) else [spec]
+    callbacks: List[BaseCallback] = []
+    for item in items:
+        path, kwargs = next(iter(item.items())) if isinstance(item, dict) and len(item) == 1 else (item, {})
+        module, _, name = str(path).replace(":", ".").rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name, None) if module else None
+        except ImportError as e:
+            raise ValueError(f"hyper-parameter callback {path!r} does not import ({e}); expected a class path "
+                             f"such as agents.training.callbacks.FLMetricsCallback") from None
+        if not (isinstance(cls, type) and issubclass(cls, BaseCallback)):
+            raise ValueError(f"hyper-parameter callback {path!r} is not an SB3 callback class; expected a class path "
+                             f"such as agents.training.callbacks.FLMetricsCallback")
+        try:
+            callbacks.append(cls(**(kwargs or {})))
+        except TypeError as e:
+            raise ValueError(f"hyper-parameter callback {path!r}: {e}; give its arguments as {{path: {{arg: value}}}}") from None
+    if not any(isinstance(c, FLMetricsCallback) for c in callbacks):
+        callbacks.append(FLMetricsCallback())
+    return callbacks

@@ -1,12 +1,14 @@
 """The command line of ``train_agent.py``: the :class:`Args` dataclass, the parser built from it, the checks.
 
 Each field of :class:`Args` is one flag (``n_envs`` → ``--n-envs``) with its default and help text; a
-``bool`` becomes ``--flag / --no-flag``, a ``List`` field takes ``KEY=VALUE`` items (read by
-:func:`parse_key_values`), an ``int`` field an integer, anything else a string.
+``bool`` becomes ``--flag / --no-flag``, a ``List`` field takes ``KEY=VALUE`` (or rl-zoo3's ``KEY:VALUE``)
+items (read by :func:`parse_key_values`), an ``int`` field an integer, anything else a string. A field's
+``metadata["aliases"]`` adds rl-zoo3's spellings of the same flag (``-n``, ``-params``, ``-conf``, ``-f``).
 """
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -22,15 +24,19 @@ class Args:
     algo: str = field(default="favor", metadata={"help": f"algorithm: {sorted(ALGOS)}"})
     env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
     env_kwargs: List[str] = field(default_factory=list, metadata={
-        "help": "env-config overrides KEY=VALUE (VALUE read as YAML), e.g. max_rounds=30 'flat_parts=[weights,clients]'"})
-    hyperparams: List[str] = field(default_factory=list, metadata={
-        "help": "hyper-parameter overrides KEY=VALUE (VALUE read as YAML), e.g. learning_rate=1e-3"})
-    conf_file: Optional[str] = field(default=None, metadata={"help": "hyper-parameter YAML (default configs/<algo>.yml)"})
-    n_timesteps: Optional[int] = field(default=None, metadata={"help": "training steps (rounds); default from the config"})
+        "help": "env-config overrides KEY=VALUE or KEY:VALUE (VALUE read as YAML), e.g. max_rounds=30 "
+                "'flat_parts=[weights,clients]'"})
+    hyperparams: List[str] = field(default_factory=list, metadata={"aliases": ["-params"],
+        "help": "hyper-parameter overrides KEY=VALUE or rl-zoo3's KEY:VALUE (VALUE read as YAML), e.g. learning_rate=1e-3"})
+    conf_file: Optional[str] = field(default=None, metadata={"aliases": ["-conf"],
+        "help": "hyper-parameter YAML (default configs/<algo>.yml)"})
+    n_timesteps: Optional[int] = field(default=None, metadata={"aliases": ["-n"],
+        "help": "training steps (rounds); default from the config"})
     n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs (worker processes); default from the config or 1"})
     seed: int = field(default=0, metadata={"help": "seed of the model and of the envs' episodes"})
     name: Optional[str] = field(default=None, metadata={"help": "run name (folder under --runs-dir); default <algo>_<env>_seed<seed>"})
-    runs_dir: str = field(default="runs/train", metadata={"help": "where run folders go"})
+    runs_dir: str = field(default="runs/train", metadata={"aliases": ["-f", "--log-folder"],
+        "help": "where run folders go (rl-zoo3's -f/--log-folder)"})
     resume: bool = field(default=False, metadata={"help": "continue the run --name from its last checkpoint"})
     eval_freq: int = field(default=2000, metadata={"help": "evaluate the deployed agent every this many steps (0 = never)"})
     eval_episodes: int = field(default=5, metadata={"help": "episodes per evaluation"})
@@ -48,15 +54,15 @@ def build_parser(cls: type, description: str) -> argparse.ArgumentParser:
     """An argparse parser with one flag per field of the dataclass ``cls`` (its ``metadata["help"]`` as help)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for f in fields(cls):
-        flag = "--" + f.name.replace("_", "-")
+        flag = ["--" + f.name.replace("_", "-"), *f.metadata.get("aliases", ())]
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
+            parser.add_argument(*flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
         elif str(f.type).startswith(("List", "list")):
-            parser.add_argument(flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
+            parser.add_argument(*flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
         else:
             kind = int if "int" in str(f.type) else str
-            parser.add_argument(flag, type=kind, default=default, help=f.metadata["help"])
+            parser.add_argument(*flag, type=kind, default=default, help=f.metadata["help"])
     return parser
 
 
@@ -66,16 +72,23 @@ def parse_args(argv: Optional[Sequence[str]] = None, description: str = "") -> A
 
 
 def parse_key_values(items: Sequence[str], what: str) -> Dict[str, Any]:
-    """``["a=1", "b=[x, y]"]`` → ``{"a": 1, "b": ["x", "y"]}`` (values read as YAML).
+    """``["a=1", "b:[x, y]"]`` → ``{"a": 1, "b": ["x", "y"]}`` (values read as YAML).
 
-    :raises ValueError: for an item without ``=``, naming the flag ``--<what>``.
+    An item is ``KEY=VALUE`` or rl-zoo3's ``KEY:VALUE``: the key ends at the first ``=`` or ``:``
+    (``policy_kwargs:dict(net_arch=[64])`` and ``net=a:b`` both split where they should).
+
+    :raises ValueError: for an item with neither, naming the flag ``--<what>``.
     """
     out: Dict[str, Any] = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--{what} expects KEY=VALUE items, got {item!r}")
-        out[key.strip()] = parse_yaml(value, f"--{what} value {value!r} of {key.strip()!r}")
+        cut = min((i for i in (item.find("="), item.find(":")) if i >= 0), default=-1)
+        key, value = (item[:cut], item[cut + 1:]) if cut >= 0 else ("", "")
+        if cut < 0 or not key.strip():
+            raise ValueError(f"--{what} expects KEY=VALUE (or rl-zoo3's KEY:VALUE) items, got {item!r}")
+        parsed = parse_yaml(value, f"--{what} value {value!r} of {key.strip()!r}")
+        if isinstance(parsed, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", parsed.strip()):
+            parsed = float(parsed)  # 1e-3: a number, as rl-zoo3 reads it (YAML 1.1, PyYAML's, wants 1.0e-3)
+        out[key.strip()] = parsed
     return out
 
 
@@ -86,4 +99,5 @@ def check_counts(args: Args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
     for name in ("eval_freq", "save_freq"):
         if getattr(args, name) < 0:
-            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 0 (0 = never)")
+            raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 0 "
+                             f"(0 = never, where rl-zoo3 takes -1)")

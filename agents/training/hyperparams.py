@@ -1,7 +1,8 @@
 """Hyper-parameters, rl-zoo3 style: ``configs/<algo>.yml``, one entry per env id, checked, turned into kwargs.
 
-An entry holds rl-zoo3's keys (:data:`ZOO_KEYS`: ``n_timesteps``, ``policy``, ``n_envs``, plus our
-``env_config``) and the algorithm's own arguments. Those are checked against the constructor's
+An entry holds rl-zoo3's keys (:data:`ZOO_KEYS`: ``n_timesteps``, ``policy``, ``n_envs``, ``env_kwargs``,
+``callback``; ``env_config`` is read as an alias of ``env_kwargs``, the key before rl-zoo3 could read the
+files) and the algorithm's own arguments. Those are checked against the constructor's
 signature (walking the class's MRO past subclasses that forward ``*args, **kwargs``), so a typo fails
 before anything is built. :func:`model_kwargs` parses ``lin_<value>`` schedules and ``policy_kwargs``
 (a mapping, or rl-zoo3's string ``"dict(net_arch=[512], activation_fn=nn.ReLU)"``, parsed, not eval'd).
@@ -21,8 +22,10 @@ from .cli import parse_key_values
 
 #: The hyper-parameter files, one per algorithm (``configs/<algo>.yml`` at the repository root).
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
-#: Keys of a hyper-parameter entry that are not arguments of the algorithm (rl-zoo3's, plus env_config).
-ZOO_KEYS = ("n_timesteps", "policy", "n_envs", "env_config")
+#: Keys of a hyper-parameter entry that are not arguments of the algorithm: rl-zoo3's (``env_kwargs``: the
+#: env-config fields ``gym.make(env_id, **env_kwargs)`` takes; ``callback``: class paths of SB3 callbacks), and
+#: ``env_config``, the alias of ``env_kwargs`` that older files and run folders' ``hyperparams.yaml`` hold.
+ZOO_KEYS = ("n_timesteps", "policy", "n_envs", "env_kwargs", "env_config", "callback")
 #: Constructor arguments that the training script sets itself.
 SET_BY_SCRIPT = {"env", "_init_setup_model", "seed", "device", "tensorboard_log", "verbose"}
 
@@ -47,6 +50,11 @@ def load_hyperparams(algo: str, env_id: str, overrides: Sequence[str] = (),
     else:
         raise ValueError(f"{str(path)!r} has no entry for {env_id!r} (nor a 'default' entry); entries: {sorted(table)}")
     hp.update(parse_key_values(overrides, "hyperparams"))
+    if "env_config" in hp:  # the alias: files written before rl-zoo3 could read them
+        if "env_kwargs" in hp:
+            raise ValueError(f"{str(path)!r} entry {env_id!r} has both env_kwargs and env_config (its older name): "
+                             f"keep env_kwargs only")
+        hp["env_kwargs"] = hp.pop("env_config")
     accepted = accepted_arguments(algorithm_class(algo)) - SET_BY_SCRIPT
     unknown = sorted(set(hp) - accepted - set(ZOO_KEYS))
     if unknown:
