@@ -98,13 +98,15 @@ def _policy_axis(ax: Any, series: List[_Series], labels: bool) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(nbins=6))  # a few ticks: small differences keep readable labels
 
 
-def _interval(ax: Any, y: float, iv: Any, color: Any, hollow: bool = False, size: float = 7) -> None:
+def _interval(ax: Any, y: float, iv: Any, color: Any, hollow: bool = False, size: float = 7,
+              alpha: float = 1.0) -> None:
     """A mean as a dot with its CI as a horizontal bar (a hollow dot: a missed Ω counted as the cap)."""
     if not math.isfinite(iv.mean):
         return
     lo, hi = (iv.lo, iv.hi) if math.isfinite(iv.lo) else (iv.mean, iv.mean)
     ax.errorbar([iv.mean], [y], xerr=[[iv.mean - lo], [hi - iv.mean]], fmt="o", color=color, markersize=size,
-                markerfacecolor="white" if hollow else color, markeredgewidth=1.8, capsize=3, elinewidth=2, zorder=3)
+                markerfacecolor="white" if hollow else color, markeredgewidth=1.8, capsize=3, elinewidth=2, zorder=3,
+                alpha=alpha)
 
 
 def _seed_dots(ax: Any, y: float, values: Sequence[float], color: Any) -> None:
@@ -143,8 +145,8 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
                     ax.text(0.5, i, "reference", ha="center", va="center", fontsize="small", color=GREY,
                             transform=ax.get_yaxis_transform())
                 elif m in s.result.deltas:
-                    d = s.result.deltas[m]
-                    _interval(ax, i, d, s.color, hollow=bool(d.missed))
+                    d = s.result.deltas[m]  # faded: the CI holds 0 (no clear difference)
+                    _interval(ax, i, d, s.color, hollow=bool(d.missed), alpha=1.0 if d.excludes_zero() else 0.4)
             ax.axvline(0, color="black", linewidth=1)
             ax.set_title(f"Δ {HEADLINE_SHORT[m]} vs {ref} [paired 95% CI]", fontsize="medium")
             ax.set_xlabel(f"policy − {ref}, same seed and backend")
@@ -154,7 +156,8 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
                  f"{cfg['target_accuracy']:g}, ≤ {results.cap} rounds, {len(plan.seeds)} seeds; (n/m): episodes that "
                  f"reached Ω\ndots: seeds · bars: 95% bootstrap CI"
                  + (" · hollow: some episodes missed Ω and count as the cap (a lower bound) · dashed: the round cap"
-                    if missed else "") + (f" · dotted: {ref}'s mean" if ref and results.backends == 1 else ""),
+                    if missed else "") + (f" · dotted: {ref}'s mean" if ref and results.backends == 1 else "")
+                 + (" · faded Δ: its CI holds 0" if ref else ""),
                  fontsize="medium")
     return _save(fig, path)
 
@@ -224,7 +227,8 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
     fig, axes = _figure(3.4 * ncols + 0.6, 2.5 * nrows + 1.0, nrows, ncols, sharex=True, sharey=True)
-    bands = {id(s): t_band(curves(s.eps)) for s in series}  # (mean, lower, upper) per series
+    # (mean, lower, upper) per series; the band where at least 3 episodes (or all of them) still run
+    bands = {id(s): t_band(curves(s.eps), min_episodes=min(3, len(s.eps))) for s in series}
     for i, s in enumerate(series):
         ax = axes[i // ncols, i % ncols]
         if s.reference is not None:
@@ -250,7 +254,8 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
         axes[k // ncols, k % ncols].set_visible(False)
     ref = f"; grey: {results.reference}'s mean (the reference)" if results.reference else ""
     omega = "; dashed: the target Ω" if target is not None else ""
-    fig.suptitle(f"{title}\nmean over {len(plan.seeds)} seeds with a 95% t confidence band{ref}{omega}",
+    fig.suptitle(f"{title}\nmean over {len(plan.seeds)} seeds with a 95% t confidence band (where ≥ 3 episodes "
+                 f"run){ref}{omega}",
                  fontsize="medium")
     return _save(fig, path)
 

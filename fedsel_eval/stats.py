@@ -150,10 +150,13 @@ def _by_episode(records: Sequence[Mapping[str, Any]]) -> Dict[Tuple[int, str], M
     return out
 
 
-def t_band(curves: np.ndarray, confidence: float = CONFIDENCE) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def t_band(curves: np.ndarray, confidence: float = CONFIDENCE,
+           min_episodes: int = 2) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over axis 0 of ``curves`` (episodes × points, NaN = not running) with a Student-t band.
 
-    :return: (mean, lower, upper); the band is NaN where fewer than two episodes have a value.
+    :param min_episodes: the band is drawn where at least this many episodes (and at least two) have a value
+        (with two, t = 12.7: the tail of a curve that only the longest episodes reach is mostly band).
+    :return: (mean, lower, upper); the band is NaN where too few episodes have a value.
     """
     from scipy import stats
 
@@ -163,7 +166,7 @@ def t_band(curves: np.ndarray, confidence: float = CONFIDENCE) -> Tuple[np.ndarr
         mean = np.nanmean(curves, axis=0)
         sd = np.nanstd(curves, axis=0, ddof=1)
     half = stats.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sd / np.sqrt(np.maximum(n, 1))
-    half = np.where(n >= 2, half, np.nan)
+    half = np.where(n >= max(min_episodes, 2), half, np.nan)
     return mean, mean - half, mean + half
 
 
