@@ -7,4 +7,6 @@
 - :mod:`~agents.training.runs` — the run folder: its settings files, its checkpoints, resuming from them;
 - :mod:`~agents.training.callbacks` — evaluation of the deployed agent, consistent atomic checkpoints;
 - :mod:`~agents.training.atomic` — files written through a temp file and ``os.replace``.
+- :mod:`~agents.training.zoo` — rl-zoo3 with FAVOR and fedsel's search space (``python -m agents.training.zoo``;
+  not used by ``train_agent.py``).
 """
