@@ -176,6 +176,10 @@ def main(argv: Sequence[str] = None) -> Path:
                                          report_seeds, workers=args.workers, progress=progress, env_name=setting)
     report = list(report) + list(plus_records)
     results = _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, tune_seeds, report_seeds)
+    diagnostics = q_diagnostics(out.out / "diagnostics.json", env, trained, report_seeds[:DIAG_EPISODES],
+                                min(cap, DIAG_ROUNDS))
+    for label, per_seed in diagnostics.items():
+        results["policies"][label]["q_diagnostics"] = per_seed
     out.results(results)
     _figures(out, report, trained, cap, omega, setting)
     compute = common.episode_seconds(calib, tune, report) + sum(t["seconds"] for runs in trained.values()
@@ -183,6 +187,72 @@ def main(argv: Sequence[str] = None) -> Path:
     out.fragment(_table(results, setting, argv, clock, out, args.workers, compute))
     print((out.out / "table.md").read_text())
     return out.out
+
+
+#: episodes (the first reporting seeds) and rounds per trained model that :func:`q_diagnostics` replays
+DIAG_EPISODES, DIAG_ROUNDS = 2, 30
+
+
+def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapping[int, Any]],
+                  seeds: Sequence[int], rounds_cap: int) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Why a trained variant picks what it picks: each model's deployed top-K replayed on ``seeds`` for
+    ``rounds_cap`` rounds, with its Q-values recorded every round (cached in ``path``).
+
+    Per model: ``q_rel_spread`` — the std of Q over the available clients divided by |mean Q|
+    (small = the clients look alike to it); ``rank_corr`` — Spearman's correlation of consecutive rounds'
+    Q-vectors (1 = the same order every round, whatever the state); ``topk_overlap`` — the share of a
+    round's K picks that were also picked the round before (uniform sampling of K of N: about K/N).
+    """
+    from scipy.stats import spearmanr
+
+    from agents.favor import FavorAgent
+    from fedsel_env.env import FedSelectEnv
+
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    key = json.dumps({"env": env, "seeds": list(seeds), "rounds": rounds_cap,
+                      "models": {lab: {str(k): t["dir"] for k, t in runs.items()} for lab, runs in trained.items()}},
+                     sort_keys=True, default=str)
+    if doc.get("key") == key:
+        return doc["diagnostics"]
+    out: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for label, runs in trained.items():
+        out[label] = {}
+        for seed, t in runs.items():
+            model_dir = Path(t["dir"])
+            from agents.favor import read_env_config
+
+            train_cfg = read_env_config(model_dir / "model.zip")
+            cfg = {**{k: v for k, v in env.items() if k != "preset"}, "action_mode": "topk", "observation": "dict",
+                   "pca_components": train_cfg.get("pca_components"), "max_rounds": rounds_cap,
+                   "target_accuracy": 1.0}
+            if "preset" in env:
+                from fedsel_env.config import PRESETS
+
+                cfg = {**PRESETS[env["preset"]], **cfg}
+            spreads, corrs, overlaps = [], [], []
+            with FedSelectEnv(config=cfg) as e:
+                agent = FavorAgent.load(model_dir / "model.zip", e.selection_spec)
+                for ep_seed in seeds:
+                    obs, _ = e.reset(seed=int(ep_seed))
+                    prev_q, prev_pick, done = None, None, False
+                    while not done:
+                        q = agent.q_values(obs)
+                        avail = agent.available(obs)
+                        spreads.append(float(np.std(q[avail]) / (abs(np.mean(q[avail])) + 1e-12)))
+                        pick = agent.select(obs)
+                        if prev_q is not None:
+                            corrs.append(float(spearmanr(prev_q, q).statistic))
+                            overlaps.append(len(set(pick) & set(prev_pick)) / max(len(pick), 1))
+                        prev_q, prev_pick = q, pick
+                        obs, _, term, trunc, _ = e.step(agent.to_action(pick))
+                        done = term or trunc
+            out[label][f"{label}_s{seed}"] = {"q_rel_spread": float(np.mean(spreads)),
+                                              "rank_corr": float(np.nanmean(corrs)),
+                                              "topk_overlap": float(np.mean(overlaps)),
+                                              "uniform_overlap": float(cfg.get("clients_per_round", 5))
+                                              / float(cfg.get("num_clients", 20))}
+    path.write_text(json.dumps({"key": key, "diagnostics": out}, indent=1) + "\n")
+    return out
 
 
 def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
@@ -256,6 +326,16 @@ def _table(res: Mapping[str, Any], setting: str, argv: Sequence[str], clock: Any
                             for m, v in e["per_training_seed"].items())
             lines.append(f"- {name} per training seed — {per}; training took "
                          + ", ".join(f"{t / 60:.1f}" for t in e["training_seconds"]) + " min.")
+        if e and "q_diagnostics" in e:
+            d = e["q_diagnostics"]
+            lines.append(f"- {name}'s Q-values, deployed (first {DIAG_EPISODES} reporting seeds, ≤ {DIAG_ROUNDS} "
+                         f"rounds; `q_diagnostics`) — std/|mean| over the available clients: "
+                         + ", ".join(f"{v['q_rel_spread']:.3f}" for v in d.values())
+                         + "; Spearman correlation of consecutive rounds' Q: "
+                         + ", ".join(f"{v['rank_corr']:.2f}" for v in d.values())
+                         + "; share of a round's picks also picked the round before: "
+                         + ", ".join(f"{v['topk_overlap']:.2f}" for v in d.values())
+                         + f" (uniform sampling: about {next(iter(d.values()))['uniform_overlap']:.2f}).")
     lines.append("")
     command = common.command_line("favor_study.py", argv)
     lines.append(common.wall_time_note(clock.seconds(), workers, command, compute,
