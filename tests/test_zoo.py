@@ -81,6 +81,20 @@ def test_env_config_is_read_as_an_alias_of_env_kwargs(tmp_path):
         load_hyperparams("dqn", "fedsel/FedSelect-Tiny-v0", conf_file=str(old))
 
 
+def test_a_run_folder_written_with_env_config_still_resumes(tmp_path):
+    """hyperparams.yaml of runs started before the rename holds env_config: --resume reads it as before."""
+    from agents.training.callbacks import FLMetricsCallback
+
+    setup = train_agent.prepare(train_agent.parse_args(["--algo", "dqn", "--env", "tiny", "-f", str(tmp_path),
+                                                        "--name", "old"]))
+    hp = {("env_config" if k == "env_kwargs" else k): v for k, v in setup["hp"].items() if k != "callback"}
+    (tmp_path / "old").mkdir()
+    train_agent.save_settings(tmp_path / "old", setup["args"], setup["env_config"], hp)
+    resumed = train_agent.prepare(train_agent.parse_args(["--resume", "--name", "old", "-f", str(tmp_path)]))
+    assert resumed["kwargs"] == setup["kwargs"] and resumed["env_config"] == setup["env_config"]
+    assert [type(c) for c in resumed["callbacks"]] == [FLMetricsCallback]
+
+
 # -- train_agent.py takes rl-zoo3's flags ------------------------------------------------------------------
 
 def test_train_agent_takes_rl_zoo3_flags(tmp_path):
