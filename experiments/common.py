@@ -148,8 +148,11 @@ def rounds_cell(eps: Sequence[Mapping[str, Any]], cap: int) -> str:
 
 
 def rounds_lower_bound(eps: Sequence[Mapping[str, Any]], cap: int) -> float:
-    """Mean rounds to Ω counting an episode that never reached it as ``cap`` (a lower bound)."""
-    return float(np.mean([r["metrics"]["rounds_to_target"] if r["reached"] else cap for r in eps]))
+    """Mean rounds to Ω counting an episode that never reached it as ``cap`` (a lower bound): the
+    convention of evaluate.py's tables (:func:`fedsel_eval.stats.to_target`)."""
+    from fedsel_eval.stats import to_target
+
+    return float(np.mean([to_target(r, "rounds_to_target", cap)[0] for r in eps]))
 
 
 # ============================================================================================ Markdown
