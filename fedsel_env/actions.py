@@ -22,7 +22,7 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from .registry import Registry
 
-ACTION_MODES: Registry = Registry("action mode")
+ACTION_MODES: Registry = Registry("action mode", plugins=False)
 
 
 class ActionMode:

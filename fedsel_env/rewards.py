@@ -16,9 +16,10 @@ from typing import Optional
 
 import numpy as np
 
-from .registry import Registry
+from .registry import Registry, has_methods
 
-REWARDS: Registry = Registry("reward")
+REWARDS: Registry = Registry("reward", check=has_methods("__call__", fix="write a class with __init__(**params) and "
+                                                          "__call__(outcome: RoundOutcome) -> float"))
 
 
 @dataclass

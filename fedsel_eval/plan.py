@@ -38,13 +38,13 @@ class BackendSpec:
 
 
 def parse_backend(text: str, extra_params: Optional[Mapping[str, Any]] = None) -> BackendSpec:
-    """Read an ``--aggregator`` value ``NAME[:KEY=VALUE,...]`` (``qfedavg:q=1``) and build it once to check it.
+    """Read an ``--aggregator`` value ``NAME[:KEY=VALUE,...]`` (``qfedavg:q=1``; NAME may be an import path,
+    ``my_pkg.aggs:Median:k=2``) and build it once to check it.
 
     :param extra_params: more parameters (``--aggregator-param``), merged over those in ``text``.
     :raises ValueError: for an unknown backend (listing the registered ones) or a bad parameter.
     """
-    name, _, params_text = text.strip().partition(":")
-    name = name.strip()
+    name, params_text = AGGREGATORS.split(text)
     params = parse_params(params_text, f"aggregator {name!r}")
     params.update(extra_params or {})
     AGGREGATORS.lookup(name)  # unknown name: lists the registered backends
@@ -171,9 +171,11 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
         overrides["max_rounds"] = rounds
     if target is not None:
         overrides["target_accuracy"] = target
+    # A model saved without env_config.yaml (rl-zoo3's, a user's script's) was trained in the env as given here
+    as_given = make_config(overrides, preset=preset)
     # Hand-written agents read the Dict observation; a trained model gets its flat view from it.
     overrides["observation"] = "dict"
-    adopted = _adopt_model_observation(policies, overrides, preset)
+    adopted = _adopt_model_observation(policies, overrides, preset, as_given)
     cfg = make_config(overrides, preset=preset)
 
     seeds = list(seeds)
@@ -205,7 +207,7 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
             plan.policies += [PolicySpec(label=n, kind="agent", source=n) for n in names]
             plan.notes += [f"agent {n!r} left out of 'all': {why}" for n, why in skipped.items()]
             continue
-        p = parse_policy(text)
+        p = parse_policy(text, as_given)
         if p.kind == "agent":
             agents.make(p.source, spec, seed=0, **p.params)  # bad parameters / unsupported mode fail now
         else:
@@ -225,7 +227,8 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
 OBSERVATION_FIELDS = ("pca_components",)
 
 
-def _adopt_model_observation(policies: Sequence[str], overrides: Dict[str, Any], preset: Optional[str]) -> List[str]:
+def _adopt_model_observation(policies: Sequence[str], overrides: Dict[str, Any], preset: Optional[str],
+                             as_given: Optional[Mapping[str, Any]] = None) -> List[str]:
     """Give the evaluation env the PCA size the saved models were trained with, unless the user set it.
 
     The PCA coordinates are the env's side of a FAVOR model's input: a model trained with
@@ -235,7 +238,7 @@ def _adopt_model_observation(policies: Sequence[str], overrides: Dict[str, Any],
     names the model that does not fit.
     """
     notes: List[str] = []
-    models = [parse_policy(t) for t in policies if t.strip() != "all"]
+    models = [parse_policy(t, as_given) for t in policies if t.strip() != "all"]
     configs = [make_config(p.train_config or {}) for p in models if p.kind == "model"]
     base = make_config({k: v for k, v in overrides.items() if k not in OBSERVATION_FIELDS}, preset=preset)
     for key in OBSERVATION_FIELDS:

@@ -1,15 +1,17 @@
 """The policies of an evaluation: ``--policy`` specs, saved SB3 models, and the objects that act.
 
-Owns reading a ``--policy`` value (:func:`parse_policy`: a registered agent with parameters, or a
-saved model), finding a model's ``.zip``, algorithm and training env config (:func:`resolve_model`)
-and its sha256, listing the hand-written agents that act in a mode, loading models (once per
-process), checking a model fits the evaluation env, and building a fresh policy object with SB3's
-``predict`` for each episode (:func:`build_policy`), seeded by :func:`agent_seed`.
+Owns reading a ``--policy`` value (:func:`parse_policy`: a registered agent or one named by its import
+path ``package.module:Class``, with parameters, or a saved model — any SB3 or sb3-contrib zip, its
+algorithm read from it or given as ``ALGO:PATH``), finding a model's ``.zip``, algorithm and training env
+config (:func:`resolve_model`) and its sha256, listing the hand-written agents that act in a mode,
+loading models (once per process), checking a model fits the evaluation env, and building a fresh policy
+object with SB3's ``predict`` for each episode (:func:`build_policy`), seeded by :func:`agent_seed`.
 """
 from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -19,13 +21,16 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
-import stable_baselines3
+from gymnasium import spaces
 
 import agents
-from agents.favor import DoubleDQN, read_env_config
-from agents.saved_models import load_model
+from agents.favor import ENV_CONFIG_FILE, read_env_config
+from agents.saved_models import MODEL_CLASSES, detect_algorithm, load_model, model_class
+from fedsel_env.actions import SubsetSpace
 from fedsel_env.config import make_config, read_yaml
+from fedsel_env.registry import is_import_path
 from fedsel_env.server_view import flatten
+from fedsel_env.wrappers import repair_subset, subset_masks
 
 from .params import label as _label
 from .params import parse_params
@@ -44,8 +49,10 @@ class PolicySpec:
     :param kind: ``"agent"`` (a registered agent) or ``"model"`` (a saved SB3 model).
     :param source: the agent's registry name, or the model's ``.zip`` path.
     :param params: the agent's keyword parameters.
-    :param algo: for a model, the SB3 algorithm it was trained with (train_agent.py's ``--algo``).
-    :param train_config: for a model, the env config it was trained in (``env_config.yaml``).
+    :param algo: for a model, the algorithm it was trained with (train_agent.py's ``--algo``, a name of
+        ``agents.saved_models.MODEL_CLASSES`` or an import path).
+    :param train_config: for a model, the env config it was trained in (``env_config.yaml``; for a model
+        saved without one, the evaluation's env config as given on the command line).
     :param sha256: for a model, the hash of its file (a retrained model is a different policy).
     """
 
@@ -74,47 +81,70 @@ def _looks_like_path(source: str) -> bool:
     return source.endswith(".zip") or "/" in source or os.sep in source or Path(source).exists()
 
 
-def parse_policy(text: str) -> PolicySpec:
-    """Read a ``--policy`` value: ``[LABEL=]SOURCE[:KEY=VALUE,...]``.
+def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> PolicySpec:
+    """Read a ``--policy`` value: ``[LABEL=]AGENT[:KEY=VALUE,...]``, ``[LABEL=]MODEL_PATH`` or ``[LABEL=]ALGO:MODEL_PATH``.
 
-    SOURCE is a registered agent name (``afl``, ``rbcsf:v=10,beta=0.1``) or the path of a saved SB3
-    model: a ``.zip`` or a train_agent.py run folder (its ``model.zip``). LABEL names the policy in
-    the outputs (default: the agent name with its parameters, or ``<algo>:<run folder>``).
+    AGENT is a registered agent name (``afl``, ``rbcsf:v=10,beta=0.1``) or an agent class's import path
+    (``my_pkg.agents:Greedy:k=2``). MODEL_PATH is a saved SB3 / sb3-contrib model: a ``.zip`` or a
+    train_agent.py run folder (its ``model.zip``); its algorithm comes from the run's ``args.yaml``, else
+    from the zip itself (:func:`agents.saved_models.detect_algorithm`), else from ``ALGO:`` (a name of
+    ``agents.saved_models.MODEL_CLASSES``, e.g. ``a2c:my_model.zip``, or a class's import path; it also
+    overrides what the zip says). LABEL names the policy in the outputs (default: the agent name with its
+    parameters, or ``<algo>:<run folder>``).
 
+    :param env_config: the env config the model was trained in when no ``env_config.yaml`` lies beside it
+        (``make_plan`` passes the evaluation's env config as the user gave it).
     :raises ValueError: for an unknown agent (listing the registered ones), a bad parameter, or a
         missing model.
     """
-    m = re.fullmatch(r"(?:(?P<label>[\w.+-]+)=)?(?P<source>[^:]+?)(?::(?P<params>.*))?", text.strip())
-    if not m or not m.group("source").strip():
+    m = re.fullmatch(r"(?:(?P<label>[\w.+-]+)=)?(?P<rest>.+)", text.strip())
+    if not m or not m.group("rest").strip():
         raise ValueError(f"bad --policy {text!r}: expected [LABEL=]AGENT[:KEY=VALUE,...] or [LABEL=]MODEL_PATH")
-    source, params_text = m.group("source").strip(), (m.group("params") or "").strip()
+    rest, given_label = m.group("rest").strip(), m.group("label")
+    head, sep, tail = rest.partition(":")
+    params_follow = re.match(r"\s*[A-Za-z_]\w*\s*=", tail) is not None  # AGENT:KEY=VALUE, not ALGO:PATH
+    if sep and head in MODEL_CLASSES and not params_follow:
+        return _model_spec(tail.strip(), given_label, head, env_config)
+    cls_name, sep2, model_path = tail.partition(":")
+    if sep2 and is_import_path(f"{head}:{cls_name}") and _looks_like_path(model_path):  # module:Class:PATH
+        return _model_spec(model_path.strip(), given_label, f"{head}:{cls_name}", env_config)
+    if sep and not params_follow and re.fullmatch(r"[\w+.-]+", head) and _looks_like_path(tail) \
+            and not Path(rest).exists():
+        raise ValueError(f"bad --policy {text!r}: {head!r} is no model algorithm; ALGO:PATH takes one of "
+                         f"{sorted(MODEL_CLASSES)} or a class's import path (package.module:Class:PATH)")
+    source, params_text = agents.AGENTS.split(rest)
     _ensure_agent_registered(source)
-    if source in agents.AGENTS:
+    if agents.AGENTS.knows(source) and not _looks_like_path(source):
+        agents.AGENTS.lookup(source)  # an import path: the module, the class and its interface are checked now
         params = parse_params(params_text, f"agent {source!r}")
-        return PolicySpec(label=m.group("label") or _label(source, params_text), kind="agent",
+        return PolicySpec(label=given_label or _label(source, params_text), kind="agent",
                           source=source, params=params)
-    if _looks_like_path(source):
-        if params_text:
-            raise ValueError(f"bad --policy {text!r}: a saved model takes no parameters")
-        zip_path, algo, train_config = resolve_model(source)
-        tag = zip_path.parent.name if zip_path.name == "model.zip" else zip_path.stem
-        return PolicySpec(label=m.group("label") or f"{algo}:{tag}", kind="model", source=str(zip_path.resolve()),
-                          algo=algo, train_config=train_config, sha256=_sha256(zip_path))
+    if _looks_like_path(rest):
+        return _model_spec(rest, given_label, None, env_config)
     raise ValueError(f"unknown policy {source!r}: give a registered agent {sorted(agents.AGENTS)} "
-                     f"(optional: {sorted(set(OPTIONAL_AGENT_MODULES) - set(agents.AGENTS))}), "
-                     f"'all' for every hand-written agent, or the path of a saved model (.zip or a "
-                     f"train_agent.py run folder)")
+                     f"(optional: {sorted(set(OPTIONAL_AGENT_MODULES) - set(agents.AGENTS))}), an agent class's "
+                     f"import path ('package.module:Class'), 'all' for every hand-written agent, or the path of "
+                     f"a saved model (.zip or a train_agent.py run folder, optionally ALGO:PATH)")
 
 
-def resolve_model(path: Union[str, Path]) -> Tuple[Path, str, Dict[str, Any]]:
+def _model_spec(source: str, label: Optional[str], algo: Optional[str],
+                env_config: Optional[Mapping[str, Any]]) -> PolicySpec:
+    zip_path, algo, train_config = resolve_model(source, algo=algo, env_config=env_config)
+    tag = zip_path.parent.name if zip_path.name == "model.zip" else zip_path.stem
+    return PolicySpec(label=label or f"{algo.split(':')[-1]}:{tag}", kind="model", source=str(zip_path.resolve()),
+                      algo=algo, train_config=train_config, sha256=_sha256(zip_path))
+
+
+def resolve_model(path: Union[str, Path], algo: Optional[str] = None,
+                  env_config: Optional[Mapping[str, Any]] = None) -> Tuple[Path, str, Dict[str, Any]]:
     """A model path → (its ``.zip``, the algorithm that trained it, the env config it was trained in).
 
     ``path`` is a ``.zip`` (the suffix may be left off) or a train_agent.py run folder (``model.zip``
-    in it). The algorithm comes from the run's ``args.yaml``; without one, a DQN-family model (the
-    policy class stored in the zip) is taken as FAVOR's. The env config is ``env_config.yaml`` in the
-    model's folder or the one above (train_agent.py writes it).
+    in it). The algorithm is ``algo`` when given, else the run's ``args.yaml``'s, else what the zip
+    tells (:func:`agents.saved_models.detect_algorithm`). The env config is ``env_config.yaml`` in the
+    model's folder or the one above (train_agent.py writes it), else ``env_config``.
 
-    :raises ValueError: for a missing model or env config, or an algorithm that cannot be told.
+    :raises ValueError: for a missing model, an algorithm that cannot be told, or no env config.
     """
     p = Path(path)
     if p.is_dir():
@@ -130,24 +160,26 @@ def resolve_model(path: Union[str, Path]) -> Tuple[Path, str, Dict[str, Any]]:
     else:
         raise ValueError(f"model path {str(p)!r} does not exist (expected a saved SB3 model .zip or a "
                          f"train_agent.py run folder with model.zip)")
-    algo = None
-    for folder in (zip_path.parent, zip_path.parent.parent):
-        if (folder / "args.yaml").is_file():
-            saved = read_yaml(folder / "args.yaml", "run settings file")  # ValueError naming it: bad YAML
-            algo = saved.get("algo") if isinstance(saved, dict) else None
-            break
     if algo is None:
-        try:
-            with zipfile.ZipFile(zip_path) as z:
-                data = json.loads(z.read("data"))
-            module = str(data.get("policy_class", {}).get("__module__", ""))
-        except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as e:
-            raise ValueError(f"{str(zip_path)!r} is not a saved Stable-Baselines3 model: {e}") from None
-        if ".dqn." not in module:
-            raise ValueError(f"cannot tell which algorithm trained {str(zip_path)!r}: no args.yaml beside it "
-                             f"(train_agent.py writes one with 'algo') and its policy ({module!r}) is not DQN's")
-        algo = "favor"
-    return zip_path, str(algo), read_env_config(zip_path)
+        for folder in (zip_path.parent, zip_path.parent.parent):
+            if (folder / "args.yaml").is_file():
+                saved = read_yaml(folder / "args.yaml", "run settings file")  # ValueError naming it: bad YAML
+                algo = saved.get("algo") if isinstance(saved, dict) else None
+                break
+    if algo is None:
+        algo = detect_algorithm(zip_path)  # ValueError: not an SB3 zip
+    if algo is None:
+        raise ValueError(f"cannot tell which algorithm trained {str(zip_path)!r} (no train_agent.py args.yaml "
+                         f"beside it, and its saved policy is shared by several algorithms): name it as "
+                         f"--policy ALGO:{zip_path}, ALGO one of {sorted(MODEL_CLASSES)} or a class's import "
+                         f"path")
+    model_class(str(algo))  # an unknown name or a class that is no SB3 algorithm: ValueError now
+    beside = [f / ENV_CONFIG_FILE for f in (zip_path.parent, zip_path.parent.parent)]
+    if any(f.is_file() for f in beside) or env_config is None:
+        train_config = read_env_config(zip_path)  # ValueError when there is none and no env config was given
+    else:
+        train_config = make_config(dict(env_config))
+    return zip_path, str(algo), train_config
 
 
 def _sha256(path: Path) -> str:
@@ -179,27 +211,52 @@ def hand_written_agents(spec: Any) -> Tuple[List[str], Dict[str, str]]:
 
 
 class ModelPolicy:
-    """A saved SB3 policy model (PPO, A2C, ...) acting in the env's own action mode.
+    """A saved SB3 / sb3-contrib model (PPO, A2C, SAC, MaskablePPO, ...) acting in the env's own action mode.
 
     The evaluation env gives Dict observations; a model trained on the flat observation gets the
-    same flat vector the env would build (``flat_parts`` of its training config).
+    same flat vector the env would build (``flat_parts`` of its training config). As in training:
+    a model with ``action_masks`` in its ``predict`` (MaskablePPO) gets the availability mask in its
+    space's layout; a ``MultiBinary`` model in the ``subset`` mode has an over-full or empty subset
+    turned into a round by :func:`fedsel_env.wrappers.repair_subset` (its draws from this episode's
+    seed); a recurrent model (RecurrentPPO) carries its state through the episode.
 
     :param model: a loaded SB3 model.
     :param train_config: the env config it was trained in.
+    :param spec: the evaluation env's selection spec (``None``: no masks, no repair).
+    :param seed: the seed of the repair's draws.
     """
 
-    def __init__(self, model: Any, train_config: Mapping[str, Any]) -> None:
+    def __init__(self, model: Any, train_config: Mapping[str, Any], spec: Any = None, seed: Optional[int] = None) -> None:
         self.model = model
         self.flat_parts = list(train_config.get("flat_parts", ["weights"])) \
             if train_config.get("observation") == "flat" else None
+        self.spec = spec
+        self.masked = "action_masks" in inspect.signature(model.predict).parameters
+        self.repair = (spec is not None and spec.action_mode == "subset"
+                       and isinstance(model.action_space, spaces.MultiBinary)
+                       and not isinstance(model.action_space, SubsetSpace))
+        self.rng = np.random.default_rng(seed)
+        self._state: Any = None
+        self._started = False
 
     def predict(self, observation: Dict[str, np.ndarray], state: Any = None, episode_start: Any = None,
                 deterministic: bool = True) -> Tuple[np.ndarray, Any]:
         """SB3's ``predict`` on the observation in the form the model was trained on."""
+        available = self.spec.feature(observation, "available") > 0.5 if self.spec is not None else None
+        extra: Dict[str, Any] = {}
+        if self.masked and available is not None:
+            extra["action_masks"] = subset_masks(available) \
+                if isinstance(self.model.action_space, spaces.MultiBinary) else available
+        if state is None and episode_start is None:  # run_episode's call: this object carries the episode
+            state, episode_start = self._state, np.array([not self._started])
         if self.flat_parts is not None:
             observation = flatten(observation, self.flat_parts)
-        return self.model.predict(observation, state=state, episode_start=episode_start,
-                                  deterministic=deterministic)
+        action, self._state = self.model.predict(observation, state=state, episode_start=episode_start,
+                                                 deterministic=deterministic, **extra)
+        self._started = True
+        if self.repair:
+            action = repair_subset(action, self.spec.clients_per_round, available, self.rng)
+        return action, self._state
 
 
 _MODEL_CACHE: Dict[Tuple[str, str], Any] = {}
@@ -209,13 +266,7 @@ def _load_model(p: PolicySpec) -> Any:
     """The SB3 model of a model policy, loaded once per process."""
     key = (p.source, p.sha256 or "")
     if key not in _MODEL_CACHE:
-        if p.algo in DQN_FAMILY:
-            cls = DoubleDQN
-        else:
-            cls = getattr(stable_baselines3, str(p.algo).upper(), None)
-            if cls is None:
-                raise ValueError(f"model {p.source!r}: unknown algorithm {p.algo!r}; "
-                                 f"known: {list(DQN_FAMILY)} and Stable-Baselines3's (ppo, a2c, ...)")
+        cls = model_class(str(p.algo))  # ValueError: an unknown name, or no SB3 algorithm class
         # a damaged file (a policy.pth cut short inside a valid zip: torch's RuntimeError) → ValueError naming it
         model = load_model(cls, p.source, what="model", device="cpu")
         _MODEL_CACHE.clear()  # keep one model: an evaluation holds few, and they can be large
@@ -243,7 +294,7 @@ def build_policy(p: PolicySpec, spec: Any, seed: int) -> Any:
         _ensure_agent_registered("favor")
         return agents.make("favor", spec, seed=agent_seed(seed), model=model,
                            flat_parts=(p.train_config or {}).get("flat_parts", ["weights"]))
-    return ModelPolicy(model, p.train_config or {})
+    return ModelPolicy(model, p.train_config or {}, spec, agent_seed(seed))
 
 
 def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
@@ -254,7 +305,7 @@ def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
     policy = build_policy(p, env.selection_spec, 0)  # FavorAgent checks its input and output sizes
     if isinstance(policy, ModelPolicy):
         model = policy.model
-        if model.action_space != env.action_space:
+        if not (model.action_space == env.action_space or policy.repair and model.action_space.n == env.num_clients):
             raise ValueError(f"model {p.source!r} acts in {model.action_space} but the evaluation env's "
                              f"action space is {env.action_space} (action_mode "
                              f"{env.config['action_mode']!r}): evaluate it in the mode it was trained in "
@@ -263,16 +314,26 @@ def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
         if policy.flat_parts is not None:
             shape = flatten(obs, policy.flat_parts).shape
             ok = model.observation_space.shape == shape
+        elif not isinstance(model.observation_space, spaces.Dict):
+            raise ValueError(f"model {p.source!r} reads a flat observation of shape {model.observation_space.shape}, "
+                             f"but the env "
+                             f"config it is evaluated with says observation: dict; give the one it was trained "
+                             f"with: --env-kwargs observation=flat 'flat_parts=[...]' (the parts it read, in order)")
         else:
-            ok = all(model.observation_space[k].shape == np.asarray(v).shape for k, v in obs.items())
+            ok = all(k in model.observation_space.spaces and model.observation_space[k].shape == np.asarray(v).shape
+                     for k, v in obs.items())
         if not ok:
             train = make_config(p.train_config or {})
             shaping = ("num_clients", "pca_components", "model", "dataset")
             differ = [f"{k}={train[k]!r} (here {env.config[k]!r})" for k in shaping if train[k] != env.config[k]]
-            raise ValueError(f"model {p.source!r} expects observations {model.observation_space}, which this "
+            given = (f"; the env gives {shape} from flat_parts {policy.flat_parts} (the model's own env config "
+                     f"says which parts it read: --env-kwargs 'flat_parts=[...]')" if policy.flat_parts else "")
+            expects = model.observation_space if isinstance(model.observation_space, spaces.Dict) else \
+                f"of shape {model.observation_space.shape}"
+            raise ValueError(f"model {p.source!r} expects observations {expects}, which this "
                              f"evaluation env does not give: it was trained with "
                              f"{', '.join(differ) or 'a different federation'}; evaluate it in an env with "
-                             f"those values (--env-kwargs KEY=VALUE)")
+                             f"those values (--env-kwargs KEY=VALUE){given}")
     ignore = {"action_mode", "observation", "flat_parts", "aggregator", "aggregator_params", "one_mode_step"}
     train = make_config(p.train_config or {})
     return [k for k in sorted(train) if k not in ignore and train[k] != env.config.get(k)]

@@ -270,11 +270,11 @@ def _write(path: Path, data) -> str:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--algo", "sac"], "unknown --algo 'sac'; algorithms: favor"),
+    (["--algo", "sarsa"], "unknown --algo 'sarsa'; algorithms: favor"),
     (["--env", "nowhere"], "unknown --env 'nowhere': give a preset"),
     (["--env", "missing.yaml"], "does not exist"),
     (["--algo", "dqn", "--env-kwargs", "action_mode=topk"], "cannot act in action_mode 'topk'"),
-    (["--algo", "favor", "--env-kwargs", "action_mode=subset"], "Algorithms for 'subset': ['a2c', 'ppo']"),
+    (["--algo", "favor", "--env-kwargs", "action_mode=subset"], "Algorithms for 'subset': ['a2c', 'maskable_ppo', 'ppo']"),
     (["--env-kwargs", "observation=dict"], "favor needs observation: flat"),
     (["--algo", "ppo", "--env-kwargs", "observation=dict"], "use policy=MultiInputPolicy"),
     (["--env-kwargs", "num_clients=0"], "'num_clients'"),
@@ -310,10 +310,10 @@ def test_yaml_env_config_and_existing_run(tmp_path):
 
 
 def test_command_line_reports_bad_arguments():
-    out = subprocess.run([sys.executable, str(ROOT / "train_agent.py"), "--algo", "sac"],
+    out = subprocess.run([sys.executable, str(ROOT / "train_agent.py"), "--algo", "sarsa"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
-    assert "train_agent.py: error: unknown --algo 'sac'" in out.stderr
+    assert "train_agent.py: error: unknown --algo 'sarsa'" in out.stderr
     assert "Traceback" not in out.stderr
 
 

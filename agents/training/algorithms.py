@@ -36,16 +36,37 @@ ALGOS: Dict[str, Dict[str, Any]] = {
 MODE_SPACES = {"one": "Discrete(N)", "topk": "Box(N)", "subset": "MultiBinary(N)"}
 
 
+def algo_entry(algo: str) -> Dict[str, Any]:
+    """The :data:`ALGOS` entry of ``algo``; for an import path ``package.module:Class`` (any Stable-Baselines3
+    algorithm class from outside the package) one that acts in every mode and is deployed as trained.
+
+    :raises ValueError: for an unknown name (listing the algorithms), or a path that is no SB3 algorithm class.
+    """
+    from fedsel_env.registry import is_import_path
+
+    if algo in ALGOS:
+        return ALGOS[algo]
+    if is_import_path(algo):
+        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+        from agents.saved_models import model_class
+
+        cls = model_class(algo)  # ValueError: missing module or class, or no SB3 algorithm
+        return {"cls": algo, "modes": ("one", "topk", "subset"), "off_policy": issubclass(cls, OffPolicyAlgorithm),
+                "about": f"the SB3 algorithm class {algo}, acting in the env's own action mode"}
+    raise ValueError(f"unknown --algo {algo!r}; algorithms: "
+                     + "; ".join(f"{k} ({v['about']})" for k, v in ALGOS.items())
+                     + "; or an SB3 algorithm class's import path 'package.module:Class'")
+
+
 def check_algo(algo: str) -> None:
-    """:raises ValueError: for an algorithm not in :data:`ALGOS`, listing them."""
-    if algo not in ALGOS:
-        raise ValueError(f"unknown --algo {algo!r}; algorithms: "
-                         + "; ".join(f"{k} ({v['about']})" for k, v in ALGOS.items()))
+    """:raises ValueError: for an algorithm neither in :data:`ALGOS` nor an SB3 algorithm class's import path."""
+    algo_entry(algo)
 
 
 def check_action_mode(algo: str, mode: Any) -> None:
     """:raises ValueError: when the user asked for an action mode ``algo`` cannot act in, naming those that can."""
-    modes = ALGOS[algo]["modes"]
+    modes = algo_entry(algo)["modes"]
     if mode is not None and mode not in modes:
         fits = sorted(a for a, s in ALGOS.items() if mode in s["modes"])
         raise ValueError(
@@ -56,18 +77,18 @@ def check_action_mode(algo: str, mode: Any) -> None:
 
 def algorithm_class(algo: str) -> type:
     """The SB3 class behind ``--algo``."""
-    module, name = ALGOS[algo]["cls"].split(":")
+    module, name = algo_entry(algo)["cls"].split(":")
     return getattr(importlib.import_module(module), name)
 
 
 def is_off_policy(algo: str) -> bool:
     """Whether ``algo`` keeps a replay buffer (saved with its checkpoints)."""
-    return bool(ALGOS[algo]["off_policy"])
+    return bool(algo_entry(algo)["off_policy"])
 
 
 def deploy_fn(algo: str, env_config: Mapping[str, Any], spec: Any) -> Callable[[Any], Any]:
     """model → the policy that is evaluated: FAVOR's top-K agent for DQN-family models, the model otherwise."""
-    if ALGOS[algo]["modes"] == ("one",):
+    if algo_entry(algo)["modes"] == ("one",):
         from agents.favor import FavorAgent
 
         return lambda model: FavorAgent.from_model(model, spec, env_config["flat_parts"])
@@ -76,7 +97,7 @@ def deploy_fn(algo: str, env_config: Mapping[str, Any], spec: Any) -> Callable[[
 
 def eval_env_config(algo: str, env_config: Mapping[str, Any]) -> Dict[str, Any]:
     """The env the deployed form is evaluated in (FAVOR: top-K with Dict observations)."""
-    if ALGOS[algo]["modes"] == ("one",):
+    if algo_entry(algo)["modes"] == ("one",):
         from agents.favor import deployment_config
 
         return deployment_config(env_config)

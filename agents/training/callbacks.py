@@ -9,6 +9,7 @@ the steps the uninterrupted run would have (:func:`due`).
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
@@ -78,10 +79,12 @@ class DeployedEvalCallback(EvalCallback):
         """Run the deployed policy for ``n_eval_episodes`` episodes from the fixed seeds."""
         self._is_success_buffer = []
         self.eval_env.seed(self.eval_seed)
-        rewards, lengths = evaluate_policy(self.deploy(self.model), self.eval_env,
-                                           n_eval_episodes=self.n_eval_episodes, deterministic=True,
-                                           return_episode_rewards=True, warn=False,
-                                           callback=self._log_success_callback)
+        policy = self.deploy(self.model)
+        run = evaluate_policy
+        if "action_masks" in inspect.signature(policy.predict).parameters:  # MaskablePPO: acts on the masks
+            from sb3_contrib.common.maskable.evaluation import evaluate_policy as run
+        rewards, lengths = run(policy, self.eval_env, n_eval_episodes=self.n_eval_episodes, deterministic=True,
+                               return_episode_rewards=True, warn=False, callback=self._log_success_callback)
         return list(rewards), list(lengths), list(self._is_success_buffer)
 
     def _on_step(self) -> bool:

@@ -38,8 +38,9 @@ def load_hyperparams(algo: str, env_id: str, overrides: Sequence[str] = (),
     :raises ValueError: for a missing file, no entry, or a key the algorithm does not take.
     """
     path = Path(conf_file) if conf_file else CONFIG_DIR / f"{algo}.yml"
-    # missing, not UTF-8, a YAML syntax error (line and column) or a key given twice: a ValueError naming the file
-    table = read_yaml(path, "hyper-parameter file") or {}
+    # missing, not UTF-8, a YAML syntax error (line and column) or a key given twice: a ValueError naming the file;
+    # an algorithm named by its import path has no file of ours: its defaults, unless --conf-file names one
+    table = {"default": {}} if conf_file is None and ":" in algo else read_yaml(path, "hyper-parameter file") or {}
     if not isinstance(table, dict) or not all(isinstance(v, dict) or v is None for v in table.values()):
         raise ValueError(f"hyper-parameter file {str(path)!r} must map env ids (or 'default') to entries of "
                          f"hyper-parameters, as configs/{algo}.yml does; correct it there")

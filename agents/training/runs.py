@@ -25,9 +25,10 @@ RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads"
 
 
 def default_run_name(algo: str, env: str, seed: int) -> str:
-    """``<algo>_<env>_seed<seed>``, the env as a YAML file's stem or an env id's last part."""
+    """``<algo>_<env>_seed<seed>``, the env as a YAML file's stem or an env id's last part (an algorithm's
+    import path ``package.module:Class`` as ``Class``)."""
     tag = Path(env).stem if env.endswith((".yml", ".yaml")) else env.split("/")[-1]
-    return f"{algo}_{tag}_seed{seed}"
+    return f"{algo.split(':')[-1]}_{tag}_seed{seed}"
 
 
 def check_new_run(run_dir: Path) -> None:

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from fedsel_env.registry import Registry
+from fedsel_env.registry import Registry, has_methods
 
 from .base import Aggregator, ClientUpdates
 
-AGGREGATORS: Registry = Registry("aggregator")
+#: backends by name; an import path ``package.module:Class`` names one from outside the package (a subclass of
+#: :class:`Aggregator`), e.g. ``aggregator: my_pkg.aggs:Median`` in an env config
+AGGREGATORS: Registry = Registry("aggregator", check=has_methods(
+    "aggregate", "reset", "local_options",
+    fix="subclass fedsel_env.sim.aggregators.Aggregator and implement aggregate(updates) -> Tensor (P,)"))
 
 
 def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
