@@ -41,7 +41,8 @@ def default_run(tmp_path_factory):
 def test_default_run_writes_table_csv_jsonl_and_plots(default_run, capsys):
     import agents
 
-    expected = sorted(n for n in agents.AGENTS if n != "favor")  # favor needs a model: left out of 'all'
+    # favor and per_client need a model: left out of 'all'
+    expected = sorted(n for n in agents.AGENTS if n not in ("favor", "per_client"))
     recs = records(default_run)
     assert sorted({r["policy"] for r in recs.values()}) == expected
     assert len(recs) == 2 * len(expected)
@@ -135,6 +136,20 @@ def test_same_seed_same_results_on_a_rerun(default_run, tmp_path):
                           "--policy", "all"])
     assert records(out) == records(default_run)
     assert (out / "summary.csv").read_text() == (default_run / "summary.csv").read_text()
+
+
+def test_resume_with_another_reference_resummarises_without_running(default_run, tmp_path, monkeypatch):
+    """The reference is not part of the evaluation's config: --resume --reference compares the same episodes."""
+    import shutil
+
+    out = tmp_path / "ref"
+    shutil.copytree(default_run, out)
+    monkeypatch.setattr(episodes, "run_episode", lambda *a: pytest.fail("no episode should run"))
+    evaluate.main(TINY + ["--seeds", "0", "1", "--target", "0.25", "--out", str(out), "--no-plots", "--resume",
+                          "--reference", "afl"])
+    md = (out / "summary.md").read_text()
+    assert "Δ rounds vs afl" in md and "Δ rounds vs random" not in md
+    assert records(out) == records(default_run)
 
 
 def test_common_random_numbers(default_run, tmp_path):
