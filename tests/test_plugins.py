@@ -64,6 +64,20 @@ PLUGINS = textwrap.dedent('''
         """A user's own algorithm class."""
 
 
+    def wide_net(input_shape, num_classes, hidden=16):
+        import numpy as np
+        from torch import nn
+        return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(input_shape)), hidden), nn.ReLU(),
+                             nn.Linear(hidden, num_classes))
+
+
+    def in_order(labels, sizes, num_classes, rng):
+        """Client k gets the next sizes[k] samples of a shuffled pool."""
+        import numpy as np
+        order, ends = rng.permutation(len(labels)), np.cumsum(sizes)
+        return [order[end - size:end] for size, end in zip(sizes, ends)]
+
+
     class NoSelect:
         """Not an agent: no predict."""
 
@@ -95,6 +109,16 @@ def test_env_config_names_aggregator_and_reward_by_import_path(plugins):
     assert sorted(info["selected"]) == sorted(available[1:4])
     assert type(env.federation.aggregator).__name__ == "Median"
     assert f"{plugins}:LowestIds" not in agents.AGENTS  # looked up, not registered: listings stay the package's
+
+
+def test_env_config_names_model_and_partition_by_import_path(plugins):
+    env = FedSelectEnv(preset="tiny", config={"model": f"{plugins}:wide_net", "model_params": {"hidden": 8},
+                                              "partition": f"{plugins}:in_order", "partition_params": {}})
+    assert env.model_size == 64 * 8 + 8 + 8 * 10 + 10  # digits: 8x8 inputs, 10 classes
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    with pytest.raises(ValueError, match="unknown model parameter.*'hiden'.*allowed: \\['hidden'\\]"):
+        FedSelectEnv(preset="tiny", config={"model": f"{plugins}:wide_net", "model_params": {"hiden": 8}})
 
 
 def test_evaluate_takes_plugin_policies_and_backends(plugins, tmp_path):

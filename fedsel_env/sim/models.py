@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Tuple
 
+import inspect
 import math
 
 import torch
@@ -115,7 +116,11 @@ def make_model(name: str, input_shape: Tuple[int, ...], num_classes: int,
     :raises ValueError: for an unknown name, an unknown parameter or an input shape the model cannot take.
     """
     factory: Callable[..., nn.Module] = MODELS.lookup(name)
-    kw = check_params("model", name, params or {}, _PARAM_DEFAULTS.get(name, {}))
+    # a model named by import path (my_pkg.nets:Wide) takes the keyword parameters its signature declares
+    defaults = _PARAM_DEFAULTS[name] if name in _PARAM_DEFAULTS else {
+        p.name: p.default for p in list(inspect.signature(factory).parameters.values())[2:]
+        if p.default is not inspect.Parameter.empty}
+    kw = check_params("model", name, params or {}, defaults)
     with torch.device("meta"):  # its size first, without allocating (nor drawing from any generator)
         size = num_parameters(factory(tuple(input_shape), num_classes, **kw))
     refuse_if_too_big(8.0 * size, f"model {name!r} with model_params {kw} ({size:,} parameters, held at least "
