@@ -48,6 +48,19 @@ class _Series:
         self.label, self.color, self.eps, self.result = label, color, eps, result
         self.is_reference, self.reference = is_reference, reference
 
+    def panel_title(self, backends: int) -> str:
+        """A small multiple's title: the label, and on a second line the backend (when several) and how
+        many episodes reached Ω."""
+        reached = f"{self.result.reached}/{self.result.episodes} reached Ω"
+        if backends == 1:
+            return f"{self.label}\n{reached}"
+        return f"{short_label(self.result.policy, 24)}\n{self.result.backend} · {reached}"
+
+
+def _width(series: List[_Series]) -> float:
+    """A three-panel figure's width: 13.5 inches, plus room for long labels on the y axis."""
+    return 13.5 + 0.075 * max(0, max(len(s.label) for s in series) - 18)
+
 
 def _series(records: Sequence[Mapping[str, Any]], results: Results) -> List[_Series]:
     from matplotlib import colormaps
@@ -124,7 +137,8 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
     ref = results.reference
     missed = any(s.result.intervals[m].missed for s in series for m in HEADLINE)
     nrows = 2 if ref else 1
-    fig, axes = _figure(13.5, nrows * (0.36 * len(series) + 1.3) + 0.9, nrows, len(HEADLINE), sharey=True)
+    fig, axes = _figure(_width(series), nrows * (0.36 * len(series) + 1.3) + 0.9, nrows, len(HEADLINE),
+                        sharey=True)
     for j, m in enumerate(HEADLINE):
         ax = axes[0, j]
         for i, s in enumerate(series):
@@ -135,6 +149,9 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
             ax.axvline(refs[0].result.intervals[m].mean, color=GREY, linestyle=":", linewidth=1)
         if m == "rounds_to_target" and missed:
             ax.axvline(results.cap, color="black", linestyle="--", linewidth=0.8)
+        if m == "rounds_to_target" and not any(s.result.reached for s in series):
+            ax.text(0.03, 0.5, f"no episode reached Ω:\nevery one counts\nas the cap ({results.cap})",
+                    transform=ax.transAxes, fontsize="small", color=GREY, va="center")
         ax.set_title(f"{HEADLINE_AXES[m]}: mean [95% CI]", fontsize="medium")
         ax.set_xlabel(HEADLINE_AXES[m])
         _policy_axis(ax, series, labels=j == 0)
@@ -165,7 +182,7 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
 def plot_fairness(series: List[_Series], results: Results, plan: EvalPlan, path: Path) -> Path:
     """Per-client final accuracy (box plots), Jain's index of the picks, per-client participation rates."""
     cfg = plan.env_config
-    fig, axes = _figure(13.5, 0.36 * len(series) + 2.4, 1, 3, sharey=True)
+    fig, axes = _figure(_width(series), 0.36 * len(series) + 2.4, 1, 3, sharey=True)
 
     ax = axes[0, 0]
     data = [np.concatenate([np.asarray(r["clients"]["accuracy"], dtype=np.float64) for r in s.eps]) for s in series]
@@ -175,8 +192,7 @@ def plot_fairness(series: List[_Series], results: Results, plan: EvalPlan, path:
             v = s.result.intervals[m].mean
             if math.isfinite(v):
                 ax.plot([v], [i], marker=marker, color="black", markersize=6, linestyle="none", zorder=4)
-    ax.set_title("final per-client test accuracy\nbox: quartiles · | median · ◆ mean · ◀ ▶ worst / best 10%",
-                 fontsize="medium")
+    ax.set_title("final per-client test accuracy\n| median · ◆ mean · ◀ ▶ worst / best 10%", fontsize="medium")
     ax.set_xlabel(f"per-client accuracy ({cfg['num_clients']} clients × seeds)")
     _policy_axis(ax, series, labels=True)
 
@@ -185,7 +201,7 @@ def plot_fairness(series: List[_Series], results: Results, plan: EvalPlan, path:
         _seed_dots(ax, i, [num(r["metrics"].get("jain_index")) for r in s.eps], s.color)
         _interval(ax, i, s.result.intervals["jain_index"], s.color)
     ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
-    ax.set_title("Jain's index of the picks: mean [95% CI]\n1 = every client picked equally often", fontsize="medium")
+    ax.set_title("Jain's index of the picks [95% CI]\n1 = all picked equally often", fontsize="medium")
     ax.set_xlabel("Jain's index of participation counts")
     _policy_axis(ax, series, labels=False)
 
@@ -197,9 +213,9 @@ def plot_fairness(series: List[_Series], results: Results, plan: EvalPlan, path:
         _interval(ax, i - 0.38, s.result.intervals["min_participation_rate"], "black", size=4.5)
     uniform = cfg["clients_per_round"] / cfg["num_clients"]
     ax.axvline(uniform, color=GREY, linestyle=":", linewidth=1.2)
-    ax.set_title(f"participation rate per client (rounds picked / rounds)\n● min rate: mean [95% CI] · "
-                 f"dotted: K/N = {uniform:.2f}", fontsize="medium")
-    ax.set_xlabel("participation rate")
+    ax.set_title(f"participation rate per client\n● min rate [95% CI] · dotted: K/N = {uniform:.2f}",
+                 fontsize="medium")
+    ax.set_xlabel("participation rate (rounds picked / rounds)")
     _policy_axis(ax, series, labels=False)
     fig.suptitle(f"Fairness on {plan.env_name} ({len(plan.seeds)} seeds; reached Ω / episodes after each name)",
                  fontsize="medium")
@@ -226,7 +242,7 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
     n = len(series)
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
-    fig, axes = _figure(3.4 * ncols + 0.6, 2.5 * nrows + 1.0, nrows, ncols, sharex=True, sharey=True)
+    fig, axes = _figure(3.4 * ncols + 0.6, 2.7 * nrows + 1.0, nrows, ncols, sharex=True, sharey=True)
     # (mean, lower, upper) per series; the band where at least 3 episodes (or all of them) still run
     bands = {id(s): t_band(curves(s.eps), min_episodes=min(3, len(s.eps))) for s in series}
     for i, s in enumerate(series):
@@ -238,7 +254,7 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
         ax.plot(x, mean, color=s.color, linewidth=2)
         if target is not None:
             ax.axhline(target, color="black", linestyle="--", linewidth=0.8)
-        ax.set_title(f"{s.label} ({s.result.reached}/{s.result.episodes} reached Ω)", fontsize="medium",
+        ax.set_title(s.panel_title(results.backends), fontsize="medium",
                      fontweight="bold" if s.is_reference else "normal")
         ax.grid(alpha=0.3)
         if i // ncols == nrows - 1 or i + ncols >= n:
