@@ -27,7 +27,7 @@ MODEL_CLASSES: Dict[str, str] = {
     "a2c": "stable_baselines3:A2C", "ddpg": "stable_baselines3:DDPG", "dqn": "stable_baselines3:DQN",
     "ppo": "stable_baselines3:PPO", "sac": "stable_baselines3:SAC", "td3": "stable_baselines3:TD3",
     "ars": "sb3_contrib:ARS", "crossq": "sb3_contrib:CrossQ", "maskable_ppo": "sb3_contrib:MaskablePPO",
-    "ppo_mask": "sb3_contrib:MaskablePPO", "qrdqn": "sb3_contrib:QRDQN", "recurrent_ppo": "sb3_contrib:RecurrentPPO",
+    "qrdqn": "sb3_contrib:QRDQN", "recurrent_ppo": "sb3_contrib:RecurrentPPO",
     "ppo_lstm": "sb3_contrib:RecurrentPPO", "tqc": "sb3_contrib:TQC", "trpo": "sb3_contrib:TRPO",
 }
 #: A saved policy's module → the algorithm, where the module alone tells (SB3 saves ``policy_class`` in ``data``).

@@ -27,7 +27,7 @@ ALGOS: Dict[str, Dict[str, Any]] = {
     "a2c": {"cls": "stable_baselines3:A2C", "modes": ("one", "topk", "subset"), "off_policy": False,
             "about": "SB3's A2C, acting in the env's own action mode"},
     "maskable_ppo": {"cls": "sb3_contrib:MaskablePPO", "modes": ("subset", "one"), "off_policy": False,
-                     "about": "sb3-contrib's MaskablePPO (rl-zoo3's ppo_mask): PPO that never picks a client "
+                     "about": "sb3-contrib's MaskablePPO: PPO that never picks a client "
                               "env.action_masks() marks unavailable, in the 'subset' or 'one' mode"},
     "sac": {"cls": "stable_baselines3:SAC", "modes": ("topk",), "off_policy": True,
             "about": "SB3's SAC, scoring clients in the 'topk' mode (a Box of N scores)"},
