@@ -41,14 +41,17 @@ class Args:
         "help": "an eval config YAML (configs/eval/*.yaml) with any of: env, env_kwargs, policy, aggregator, "
                 "aggregator_param, seeds, rounds, target, name; options given here win"})
     policy: List[str] = field(default_factory=list, metadata={
-        "help": "a policy: [LABEL=]AGENT[:KEY=VALUE,...] (e.g. rbcsf:v=10,beta=0.1), [LABEL=]MODEL_PATH (a saved "
-                "SB3 model .zip or a train_agent.py run folder), or 'all' (every hand-written agent); "
+        "help": "a policy: [LABEL=]AGENT[:KEY=VALUE,...] (e.g. rbcsf:v=10,beta=0.1; AGENT may be an import path "
+                "my_pkg.agents:Greedy), [LABEL=]MODEL_PATH (a train_agent.py run folder or any SB3 / sb3-contrib "
+                "model .zip, its algorithm read from it; a model saved without env_config.yaml is evaluated in the "
+                "--env given here), [LABEL=]ALGO:MODEL_PATH (e.g. a2c:model.zip), or 'all' (every hand-written agent); "
                 "repeat for several (default: all)"})
     env: Any = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
     env_kwargs: Any = field(default_factory=list, metadata={
         "help": "env-config overrides KEY=VALUE (VALUE read as YAML), e.g. num_clients=40 'partition_params={sigma: 1.0}'"})
     aggregator: List[str] = field(default_factory=list, metadata={
-        "help": "a backend NAME[:KEY=VALUE,...] (e.g. qfedavg:q=1); repeat to compare several (default: the env config's)"})
+        "help": "a backend NAME[:KEY=VALUE,...] (e.g. qfedavg:q=1; NAME may be an import path my_pkg.aggs:Median); "
+                "repeat to compare several (default: the env config's)"})
     aggregator_param: Any = field(default_factory=list, metadata={
         "help": "KEY=VALUE parameter of the (single) --aggregator, e.g. q=1"})
     seeds: List[int] = field(default_factory=lambda: list(DEFAULT_SEEDS), metadata={"help": "episode seeds"})

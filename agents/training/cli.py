@@ -21,7 +21,8 @@ from .algorithms import ALGOS
 class Args:
     """The flags of ``train_agent.py`` (``python train_agent.py --help`` lists them)."""
 
-    algo: str = field(default="favor", metadata={"help": f"algorithm: {sorted(ALGOS)}"})
+    algo: str = field(default="favor", metadata={
+        "help": f"algorithm: {sorted(ALGOS)}, or an SB3 algorithm class's import path package.module:Class"})
     env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
     env_kwargs: List[str] = field(default_factory=list, metadata={
         "help": "env-config overrides KEY=VALUE or KEY:VALUE (VALUE read as YAML), e.g. max_rounds=30 "
