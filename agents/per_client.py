@@ -12,9 +12,6 @@ Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerCl
 """
 from __future__ import annotations
 
-import base64
-import json
-import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
@@ -27,28 +24,8 @@ from . import AGENTS
 from .base import SelectionAgent
 from .saved_models import load_model
 
-#: the SB3 class each per-client policy is trained with (read from the zip's ``policy_class``)
-_POLICY_ALGOS = {"PerClientActorCriticPolicy": ("stable_baselines3", "PPO"),
-                 "PerClientDQNPolicy": ("agents.favor", "DoubleDQN")}
-
-
-def _policy_class_name(zip_path: Path) -> str:
-    """The policy class a saved SB3 zip names (its ``data`` JSON), without loading it."""
-    try:
-        with zipfile.ZipFile(zip_path) as z:
-            data = json.loads(z.read("data").decode("utf-8"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as e:
-        raise ValueError(f"per_client agent: {str(zip_path)!r} is not a saved SB3 model ({e})") from e
-    # SB3 stores the class as a base64 cloudpickle, which names it by module and qualified name
-    try:
-        raw = base64.b64decode(data["policy_class"][":serialized:"])
-    except (KeyError, TypeError, ValueError):
-        raw = b""
-    for name in _POLICY_ALGOS:
-        if name.encode() in raw:
-            return name
-    raise ValueError(f"per_client agent: {str(zip_path)!r} was not trained with a per-client policy "
-                     f"({sorted(_POLICY_ALGOS)}); FAVOR's flat models load with the 'favor' agent")
+#: the SB3 class that loads each form (``agents.saved_models.detect_algorithm``'s name for it)
+_FORMS = {"pc_ppo": ("stable_baselines3", "PPO"), "pc_dqn": ("agents.favor", "DoubleDQN")}
 
 
 def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spaces.Dict, device: str = "cpu") -> Any:
@@ -63,7 +40,13 @@ def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spac
     zip_path = p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
     if not zip_path.is_file():
         raise ValueError(f"per_client agent: model_path {str(path)!r} does not exist")
-    module, name = _POLICY_ALGOS[_policy_class_name(zip_path)]
+    from .saved_models import detect_algorithm
+
+    form = detect_algorithm(zip_path)  # ValueError: not an SB3 zip
+    if form not in _FORMS:
+        raise ValueError(f"per_client agent: {str(zip_path)!r} was not trained with a per-client policy "
+                         f"(train_agent.py --algo pc_ppo or pc_dqn); FAVOR's flat models load with the 'favor' agent")
+    module, name = _FORMS[form]
     cls = getattr(importlib.import_module(module), name)
     n = spec.num_clients
     action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32) if name == "PPO" else spaces.Discrete(n)

@@ -29,6 +29,7 @@ MODEL_CLASSES: Dict[str, str] = {
     "ars": "sb3_contrib:ARS", "crossq": "sb3_contrib:CrossQ", "maskable_ppo": "sb3_contrib:MaskablePPO",
     "qrdqn": "sb3_contrib:QRDQN", "recurrent_ppo": "sb3_contrib:RecurrentPPO",
     "ppo_lstm": "sb3_contrib:RecurrentPPO", "tqc": "sb3_contrib:TQC", "trpo": "sb3_contrib:TRPO",
+    "pc_ppo": "stable_baselines3:PPO", "pc_dqn": "agents.favor:DoubleDQN",  # the per-client selector (#19)
 }
 #: A saved policy's module → the algorithm, where the module alone tells (SB3 saves ``policy_class`` in ``data``).
 _POLICY_MODULES = {
@@ -77,6 +78,8 @@ def detect_algorithm(path: Union[str, Path]) -> Optional[str]:
     module = str(policy.get("__module__", "")) if isinstance(policy, dict) else ""
     if module in _POLICY_MODULES:
         return _POLICY_MODULES[module]
+    if module == "agents.per_client_net":  # the per-client selector: PPO saves clip_range, DQN does not
+        return "pc_ppo" if "clip_range" in data else "pc_dqn"
     if module == "stable_baselines3.common.policies":
         if "cg_max_steps" in data:
             return "trpo"

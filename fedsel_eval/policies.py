@@ -37,6 +37,8 @@ from .params import parse_params
 
 #: SB3 algorithms (train_agent.py's ``--algo``) whose models are deployed as FAVOR's top-K agent.
 DQN_FAMILY = ("favor", "favor+", "dqn")
+#: algorithms whose models are the per-client selector (``agents.per_client``: top-K of its scores, at any N)
+PER_CLIENT = ("pc_ppo", "pc_dqn")
 #: Agents that live in modules ``agents/__init__`` does not import (they need Stable-Baselines3).
 OPTIONAL_AGENT_MODULES = {"favor": "agents.favor"}
 
@@ -289,6 +291,8 @@ def build_policy(p: PolicySpec, spec: Any, seed: int) -> Any:
     if p.kind == "agent":
         _ensure_agent_registered(p.source)
         return agents.make(p.source, spec, seed=agent_seed(seed), **p.params)
+    if p.algo in PER_CLIENT:  # loads itself for the env's N (no weight depends on it)
+        return agents.make("per_client", spec, seed=agent_seed(seed), model_path=p.source)
     model = _load_model(p)
     if p.algo in DQN_FAMILY:
         _ensure_agent_registered("favor")

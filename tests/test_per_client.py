@@ -138,3 +138,23 @@ def test_a_flat_favor_model_is_not_a_per_client_model(tmp_path):
         agent.select(obs)
     env.close()
     spec_env.close()
+
+
+@pytest.mark.parametrize("algo", ["pc_ppo", "pc_dqn"])
+def test_train_agent_trains_it_and_evaluate_runs_it_at_another_n(algo, tmp_path):
+    """train_agent.py --algo pc_ppo | pc_dqn on tiny (configs/pc_*.yml), then evaluate.py on N = 12."""
+    import evaluate
+    import train_agent
+
+    short = ["learning_starts=16", "batch_size=16"] if algo == "pc_dqn" else ["n_steps=32", "batch_size=16"]
+    train_agent.main(["--algo", algo, "--env", "tiny", "-n", "64", "-f", str(tmp_path), "--name", "m",
+                      "--eval-freq", "0", "--no-progress-bar", "--verbose", "0", "--hyperparams", *short])
+    run = tmp_path / "m"
+    assert (run / "model.zip").is_file()
+    evaluate.main(["--env", "tiny", "--env-kwargs", "num_clients=12", "pca_components=3", "--policy", "random",
+                   "--policy", f"pc={run}", "--seeds", "0", "1", "--out", str(tmp_path / "ev"), "--no-progress",
+                   "--no-plots"])
+    import json
+
+    recs = [json.loads(line) for line in (tmp_path / "ev" / "episodes.jsonl").read_text().splitlines()]
+    assert {r["policy"] for r in recs} == {"random", "pc"} and len(recs) == 4

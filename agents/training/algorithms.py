@@ -29,6 +29,12 @@ ALGOS: Dict[str, Dict[str, Any]] = {
     "maskable_ppo": {"cls": "sb3_contrib:MaskablePPO", "modes": ("subset", "one"), "off_policy": False,
                      "about": "sb3-contrib's MaskablePPO: PPO that never picks a client "
                               "env.action_masks() marks unavailable, in the 'subset' or 'one' mode"},
+    "pc_ppo": {"cls": "stable_baselines3:PPO", "modes": ("topk",), "off_policy": False, "deploy": "per_client",
+               "about": "the per-client selector (agents/per_client_net.py, issue #19) trained by PPO on the "
+                        "'topk' scores (configs/pc_ppo.yml); runs at any N"},
+    "pc_dqn": {"cls": "agents.favor:DoubleDQN", "modes": ("one",), "off_policy": True, "deploy": "per_client",
+               "about": "the per-client selector as per-client Q-values, Double DQN in the 'one' mode "
+                        "(configs/pc_dqn.yml), deployed as top-K; runs at any N"},
     "sac": {"cls": "stable_baselines3:SAC", "modes": ("topk",), "off_policy": True,
             "about": "SB3's SAC, scoring clients in the 'topk' mode (a Box of N scores)"},
 }
@@ -87,7 +93,12 @@ def is_off_policy(algo: str) -> bool:
 
 
 def deploy_fn(algo: str, env_config: Mapping[str, Any], spec: Any) -> Callable[[Any], Any]:
-    """model → the policy that is evaluated: FAVOR's top-K agent for DQN-family models, the model otherwise."""
+    """model → the policy that is evaluated: FAVOR's top-K agent for DQN-family models, the per-client
+    agent for the per-client selector, the model otherwise."""
+    if algo_entry(algo).get("deploy") == "per_client":
+        from agents.per_client import PerClientAgent
+
+        return lambda model: PerClientAgent(spec, model=model)
     if algo_entry(algo)["modes"] == ("one",):
         from agents.favor import FavorAgent
 

@@ -83,12 +83,34 @@ def check_policy(hp: Mapping[str, Any], env_config: Mapping[str, Any]) -> str:
     :raises ValueError: for a policy that cannot read the observation, saying which fits.
     """
     policy = hp.get("policy", "MlpPolicy")
+    if isinstance(policy, str) and ":" in policy:  # a policy class by import path (the per-client selector's)
+        return policy_class(policy)
     if env_config["observation"] == "dict" and policy != "MultiInputPolicy":
         raise ValueError(f"policy {policy!r} cannot read Dict observations: use policy=MultiInputPolicy or "
                          f"env observation: flat")
     if env_config["observation"] == "flat" and policy == "MultiInputPolicy":
         raise ValueError("policy 'MultiInputPolicy' needs Dict observations: use MlpPolicy with observation: flat")
     return policy
+
+
+def policy_class(path: str) -> type:
+    """The SB3 policy class named by ``package.module:Class``.
+
+    :raises ValueError: for a missing module or class, or a class that is no SB3 policy.
+    """
+    import importlib
+
+    from stable_baselines3.common.policies import BasePolicy
+
+    module, _, name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"policy {path!r} cannot be imported ({e}): expected 'package.module:Class' of an SB3 "
+                         f"policy, e.g. agents.per_client_net:PerClientActorCriticPolicy") from None
+    if not (isinstance(cls, type) and issubclass(cls, BasePolicy)):
+        raise ValueError(f"policy {path!r} is not a Stable-Baselines3 policy class (a subclass of BasePolicy)")
+    return cls
 
 
 def model_kwargs(hp: Mapping[str, Any]) -> Dict[str, Any]:
