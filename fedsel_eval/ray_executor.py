@@ -20,7 +20,10 @@ experiments' parts — start it once.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Sequence
+import signal
+import threading
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from .plan import EpisodeTask, EvalPlan
@@ -61,14 +64,33 @@ def connect(address: str) -> Any:
     ray = _import_ray()
     if not ray.is_initialized():
         try:
-            if address == LOCAL:
-                ray.init(include_dashboard=False)
-            else:
-                ray.init(address=address)
+            with _ctrl_c_held():
+                if address == LOCAL:
+                    ray.init(include_dashboard=False)
+                else:
+                    ray.init(address=address)
         except ConnectionError as e:
             raise ValueError(f"--ray {address}: could not connect ({e}). Start a cluster with `ray start --head` "
                              f"(then --ray auto), or leave the address out for a local Ray") from None
     return ray
+
+
+@contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Hold a Ctrl-C until the block has run, then raise it: a ``KeyboardInterrupt`` inside ``ray.init``
+    left a half-started Ray that crashed the process at exit (SIGSEGV instead of exit status 130)."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    held: List[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _episode_on_ray(task: EpisodeTask, env_config: Mapping[str, Any], torch_threads: int) -> Dict[str, Any]:
@@ -98,10 +120,12 @@ def ray_episodes(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int
     refs = {label: ray.put(cfg) for label, cfg in configs.items()}
     # Ray hides the GPUs from a task that asks for none: a CUDA env config asks for one per episode
     # (``device: auto`` resolves on the worker, to the CPU unless its task holds a GPU)
-    pending = [remote.options(num_cpus=torch_threads, max_retries=0,
-                              num_gpus=1 if str(configs[t.backend.label].get("device", "cpu")).startswith("cuda")
-                              else 0).remote(t, refs[t.backend.label], torch_threads) for t in todo]
+    pending: List[Any] = []
     try:
+        for t in todo:
+            gpus = 1 if str(configs[t.backend.label].get("device", "cpu")).startswith("cuda") else 0
+            pending.append(remote.options(num_cpus=torch_threads, num_gpus=gpus, max_retries=0)
+                           .remote(t, refs[t.backend.label], torch_threads))
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             yield ray.get(ready[0])
