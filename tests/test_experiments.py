@@ -14,11 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the scripts live in experiments/ at the repository root, not in the package
     sys.path.insert(0, str(ROOT))
 
-from experiments import (afl_rounds, common, favor_fmnist, favor_study, fedmgda_fairness, qffl_synthetic,
-                         rbcsf_fairness, round_cost)
+from experiments import (afl_rounds, common, favor_fmnist, favor_study, fedmgda_fairness, per_client_study,
+                         qffl_synthetic, rbcsf_fairness, round_cost)
 
 SCRIPTS = {"favor_fmnist": favor_fmnist, "favor_study": favor_study, "qffl_synthetic": qffl_synthetic, "afl_rounds": afl_rounds,
-           "fedmgda_fairness": fedmgda_fairness, "rbcsf_fairness": rbcsf_fairness, "round_cost": round_cost}
+           "fedmgda_fairness": fedmgda_fairness, "rbcsf_fairness": rbcsf_fairness, "round_cost": round_cost,
+           "per_client_study": per_client_study}
 #: Scripts that only time the simulator (no episodes, so no evaluate.py run folder).
 TIMING_ONLY = {"round_cost"}
 

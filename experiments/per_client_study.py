@@ -1,0 +1,242 @@
+"""The per-client selector (issue #19) against the heuristics and FAVOR, on held-out episodes and on unseen federations.
+
+Issue #19; the selector is ``agents/per_client_net.py`` (one network scores every client; trained by PPO
+on the ``topk`` scores, ``configs/pc_ppo.yml``). The protocol is ``experiments/favor_study.py``'s (issue
+#17), with two reports:
+
+    python experiments/per_client_study.py --setting digits       # the default preset
+    python experiments/per_client_study.py --smoke                # seconds: the tiny preset
+
+1. **Target and best heuristic, on the tuning seeds 1000–1019** (one FL job: ``federation_seed`` 0,
+   ``init: federation``): Ω as favor_study calibrates it (random's median accuracy at half the cap), and
+   the best of ``kcenter``, ``afl``, ``pow_d`` and ``oort`` by mean rounds to Ω.
+2. **Training**: ``pc_ppo`` with ``train_agent.py``'s machinery, once per training seed (0, 1, 2), on a new
+   federation every episode (``federation_seed: null``) — federations the reports below never use.
+3. **Report on the training protocol's federation** (``federation_seed`` 0, the reporting seeds
+   5000–5029, which nothing above looked at): random, the heuristics, the per-client selector and,
+   when favor_study's models of this setting exist, FAVOR (the paper's) and FAVOR+ — both trained on
+   federation 0 itself.
+4. **Report on unseen federations**: ``federation_seed: null`` and the seeds 7000–7029, so each
+   episode is a federation no policy was trained on; FAVOR's flat Q-network runs there only because N
+   and d are the same.
+
+Rounds to Ω are paired by seed against random and against the best heuristic, with 95% t confidence
+intervals over the seeds (a per-client run's rounds averaged over its training seeds per episode).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from experiments import common  # noqa: E402
+from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, calibrate_target,  # noqa: E402
+                                     ci_text, final_accuracy, paired, participation, rounds)
+
+NAME = "per_client_study"
+HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
+UNSEEN_SEEDS = list(range(7000, 7030))  # federation_seed null: each seed its own federation
+#: setting -> env config (without target), round cap, training steps, favor_study's folder of trained models
+SETTINGS: Dict[str, Dict[str, Any]] = {
+    "digits": {"env": {"preset": "default"}, "cap": 60, "steps": 20000},
+    "smoke": {"env": {"preset": "tiny", "system": {"availability": 1.0}}, "cap": 6, "steps": 64},
+}
+SMOKE_TRAIN_HP = {"n_steps": 32, "batch_size": 16, "n_epochs": 2, "policy_kwargs": "dict(hidden=16)"}
+
+
+def main(argv: Sequence[str] = None) -> Path:
+    """Run the experiment as ``argv`` says; return its folder."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = common.parser(NAME, __doc__.split("\n")[0])
+    p.add_argument("--setting", choices=[s for s in SETTINGS if s != "smoke"], default="digits")
+    p.add_argument("--train-steps", type=int, default=None, help="PPO steps per training run (default: the setting's)")
+    p.add_argument("--part", choices=["all", "tune", "train", "report"], default="all",
+                   help="stop after this part (each is resumable; 'all' runs them in order)")
+    args = p.parse_args(argv)
+    if args.train_steps is not None and args.train_steps < 1:
+        raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
+    setting = "smoke" if args.smoke else args.setting
+    if args.out == str(common.RUNS_DIR / NAME):
+        args.out = str(common.RUNS_DIR / NAME / setting)
+    clock, out = common.start(f"{NAME}_{setting}", args)
+    s = SETTINGS[setting]
+    cap, progress = s["cap"], not args.no_progress
+    smoke = setting == "smoke"
+    tune_seeds, report_seeds, unseen_seeds = ([0, 1], [100, 101], [200, 201]) if smoke else \
+        (TUNE_SEEDS, REPORT_SEEDS, UNSEEN_SEEDS)
+    train_seeds = (0,) if smoke else TRAIN_SEEDS
+    base = {**s["env"], "max_rounds": cap, "init": "federation", "federation_seed": 0}
+
+    # 1. the target and the best heuristic, on the tuning seeds
+    calib, _, _ = common.evaluate(out.out / "calibration", {**base, "target_accuracy": 1.0}, ["random"], tune_seeds,
+                                  workers=args.workers, progress=progress, env_name=setting, plots=False)
+    omega = calibrate_target(calib, cap)
+    env = {**base, "target_accuracy": omega}
+    tune, _, _ = common.evaluate(out.out / "tune", env, ["random", *HEURISTICS], tune_seeds, workers=args.workers,
+                                 progress=progress, env_name=setting, plots=False)
+    tune_rounds = {pol: float(rounds(tune, pol, cap).mean()) for pol in ("random", *HEURISTICS)}
+    best = min(HEURISTICS, key=lambda h: tune_rounds[h])
+    print(f"Ω = {omega:.2f}; tuning seeds, mean rounds to Ω: {tune_rounds}; best heuristic: {best}")
+    doc: Dict[str, Any] = {"setting": setting, "env": env, "omega": omega, "tune_mean_rounds": tune_rounds,
+                           "best_heuristic": best, "trained": {}}
+    _progress(out, setting, doc)
+    if args.part == "tune":
+        return out.out
+
+    # 2. training across federations
+    steps = args.train_steps or s["steps"]
+    train_env = {**{k: v for k, v in env.items() if k not in ("federation_seed", "init")},
+                 "federation_seed": None, "init": "episode", "action_mode": "topk", "observation": "dict",
+                 "pca_components": 3 if smoke else 5}
+    trained: Dict[int, Any] = {}
+    for seed in train_seeds:
+        train = {"n_timesteps": steps, "n_envs": 1 if smoke else 2, "max_rounds": cap,
+                 "hyperparams": SMOKE_TRAIN_HP if smoke else {}}
+        run_dir, curve, _ = common.train_dqn(out.out / "train" / f"pc_ppo_s{seed}", "pc_ppo", train_env, train, seed,
+                                             progress)
+        seconds = json.loads((run_dir / "train_time.json").read_text())["seconds"]
+        trained[seed] = {"dir": str(run_dir), "curve": curve, "seconds": seconds}
+        doc["trained"][f"pc_ppo_s{seed}"] = {"seconds": seconds, "steps": steps, "returns": curve["return"]}
+        _progress(out, setting, doc)
+    if args.part == "train":
+        return out.out
+
+    # 3-4. the reports
+    mine = [f"per_client_s{seed}={t['dir']}" for seed, t in trained.items()]
+    favor = _favor_models(setting)
+    res: Dict[str, Any] = {"setting": setting, "env": s["env"], "cap": cap, "omega": omega,
+                           "tune_seeds": tune_seeds, "train_steps": steps, "best_heuristic": best,
+                           "tune_mean_rounds": tune_rounds, "reports": {}}
+    for name, cfg, seeds in (("seen", env, report_seeds),
+                             ("unseen", {**env, "federation_seed": None}, unseen_seeds)):
+        records, _, _ = common.evaluate(out.out / f"report_{name}", cfg, ["random", *HEURISTICS, *favor],
+                                        seeds, workers=args.workers, progress=progress, env_name=setting, plots=False)
+        # the selector reads a PCA of its training width: its episodes run in an env that differs only there
+        # (the PCA changes no dynamics), so they pair seed by seed with the others'
+        own, _, _ = common.evaluate(out.out / f"report_{name}_per_client",
+                                    {**cfg, "pca_components": train_env["pca_components"]}, mine, seeds,
+                                    workers=args.workers, progress=progress, env_name=setting, plots=False)
+        records = list(records) + list(own)
+        res["reports"][name] = _analyse(records, cap, best, seeds,
+                                        {"per_client": [f"per_client_s{s_}" for s_ in trained],
+                                         "favor": [lab for lab in (f.split("=")[0] for f in favor)
+                                                   if lab.startswith("favor_")]})
+    res["training_seconds"] = [t["seconds"] for t in trained.values()]
+    out.results(res)
+    _figures(out, res, trained, setting)
+    out.fragment(_table(res, argv, clock, out, args.workers))
+    print((out.out / "table.md").read_text())
+    return out.out
+
+
+def _favor_models(setting: str) -> List[str]:
+    """favor_study's trained FAVOR models of this setting (the paper's settings), if that run is here."""
+    folder = common.RUNS_DIR / "favor_study" / setting / "train"
+    return [f"favor_s{seed}={folder / f'favor_s{seed}'}" for seed in TRAIN_SEEDS
+            if (folder / f"favor_s{seed}" / "model.zip").is_file()]
+
+
+def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: Mapping[str, List[str]]) -> Dict:
+    base_r, best_r = rounds(records, "random", cap), rounds(records, best, cap)
+    groups = {pol: [pol] for pol in ("random", *HEURISTICS)}
+    groups.update({k: v for k, v in groups_extra.items() if v})
+    out: Dict[str, Any] = {"seeds": list(seeds), "policies": {}}
+    for name, members in groups.items():
+        r = np.mean([rounds(records, m, cap) for m in members], axis=0)
+        a = np.mean([final_accuracy(records, m) for m in members], axis=0)
+        picks = [participation(records, m) for m in members]
+        entry = {"mean_rounds": float(r.mean()), "episodes": int(r.size) * len(members),
+                 "missed": sum(int(np.sum(rounds(records, m, cap) >= cap)) for m in members),
+                 "mean_final_accuracy": float(a.mean()), "jain": float(np.mean([q["jain"] for q in picks])),
+                 "rounds_vs_random": paired(r, base_r), "rounds_vs_best": paired(r, best_r)}
+        if len(members) > 1:
+            entry["per_training_seed"] = {m: {"mean_rounds": float(rounds(records, m, cap).mean()),
+                                              "rounds_vs_random": paired(rounds(records, m, cap), base_r),
+                                              "rounds_vs_best": paired(rounds(records, m, cap), best_r)}
+                                          for m in members}
+        out["policies"][name] = entry
+    return out
+
+
+def _table(res: Mapping[str, Any], argv: Sequence[str], clock: Any, out: Any, workers: int) -> str:
+    best = res["best_heuristic"]
+    lines = [f"**{res['setting']}** (`{json.dumps(res['env'])}`), round cap {res['cap']}: Ω = {res['omega']:.2f} "
+             f"(favor_study's rule, tuning seeds {res['tune_seeds'][0]}–{res['tune_seeds'][-1]}); best heuristic on "
+             f"the tuning seeds: `{best}` (mean rounds: "
+             + ", ".join(f"{k} {v:.1f}" for k, v in res["tune_mean_rounds"].items()) + "). The per-client "
+             f"selector: `pc_ppo`, {res['train_steps']} steps per training seed on a new federation every episode "
+             f"(training took " + ", ".join(f"{t / 60:.1f}" for t in res["training_seconds"]) + " min). A missed Ω "
+             "counts as the cap.\n"]
+    titles = {"seen": "the training protocol's federation (`federation_seed` 0; FAVOR was trained on it)",
+              "unseen": "unseen federations (`federation_seed` null: each seed its own federation)"}
+    for name, rep in res["reports"].items():
+        rows = []
+        for pol, e in rep["policies"].items():
+            label = {"per_client": "per-client selector (pc_ppo)", "favor": "FAVOR (paper's settings)"}.get(pol, pol)
+            rows.append([label, f"{e['mean_rounds']:.1f}", f"{e['missed']}/{e['episodes']}",
+                         "—" if pol == "random" else ci_text(e["rounds_vs_random"]),
+                         "—" if pol == best else ci_text(e["rounds_vs_best"]),
+                         f"{e['mean_final_accuracy']:.3f}", f"{e['jain']:.2f}"])
+        lines += [f"On {titles[name]}, seeds {rep['seeds'][0]}–{rep['seeds'][-1]}:\n",
+                  common.md_table(["policy", "rounds to Ω", "missed", "Δ vs random [95% CI]", f"Δ vs {best} [95% CI]",
+                                   "final acc", "Jain (picks)"], rows, align="lrrrrrr"), ""]
+        e = rep["policies"].get("per_client")
+        if e and "per_training_seed" in e:
+            lines.append("- per training seed: " + "; ".join(
+                f"{m}: {v['mean_rounds']:.1f}, vs random {ci_text(v['rounds_vs_random'])}, vs {best} "
+                f"{ci_text(v['rounds_vs_best'])}" for m, v in e["per_training_seed"].items()))
+            lines.append("")
+    command = common.command_line("per_client_study.py", argv)
+    lines.append(common.wall_time_note(clock.seconds(), workers, command,
+                                       longest=out.invocation(clock.seconds(), command)))
+    return "\n".join(lines)
+
+
+def _figures(out: Any, res: Mapping[str, Any], trained: Mapping[int, Any], setting: str) -> None:
+    """Training returns per seed; paired differences in rounds to Ω against random, per report."""
+    fig, ax = common.figure(7.5, 4.0)
+    for seed, t in trained.items():
+        r = np.asarray(t["curve"]["return"], dtype=np.float64)
+        w = max(min(20, r.size // 3), 1)
+        if r.size >= w:
+            ax.plot(np.convolve(r, np.ones(w) / w, mode="valid"), label=f"pc_ppo seed {seed}")
+    ax.set(title=f"{setting}: per-client selector, training episode returns (moving mean; a new federation "
+                 f"each episode)", xlabel="training episode", ylabel="episode return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    out.figure(fig, f"{NAME}_{setting}_training")
+    reports = list(res["reports"].items())
+    fig, axes = common.figure(9.0, 3.8, ncols=len(reports))
+    for ax, (name, rep) in zip(np.asarray(axes).ravel(), reports):
+        pols = [p for p in rep["policies"] if p != "random"]
+        for i, pol in enumerate(pols):
+            d = rep["policies"][pol]["rounds_vs_random"]
+            color = "tab:red" if pol == "per_client" else ("tab:purple" if pol == "favor" else "tab:gray")
+            ax.errorbar(d["mean"], i, xerr=[[d["mean"] - d["lo"]], [d["hi"] - d["mean"]]], fmt="o", color=color,
+                        capsize=3)
+        ax.axvline(0, color="black", linewidth=1)
+        ax.set_yticks(range(len(pols)), [{"per_client": "per-client", "favor": "FAVOR"}.get(p, p) for p in pols])
+        ax.invert_yaxis()
+        ax.set(title=f"{name} federation(s)", xlabel="Δ rounds to Ω vs random [95% CI]")
+        ax.grid(alpha=0.3, axis="x")
+    out.figure(fig, f"{NAME}_{setting}_paired")
+
+
+def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
+    text = json.dumps(common._plain(doc), indent=1, allow_nan=False) + "\n"
+    (out.out / "progress.json").write_text(text)
+    if out.publish:
+        common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        (common.RESULTS_DIR / f"{NAME}_{setting}_progress.json").write_text(text)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as e:
+        sys.exit(f"per_client_study.py: error: {e}")
