@@ -80,6 +80,10 @@ def prepare(args: Args) -> Dict[str, Any]:
     # CUDA asked for where torch sees none fails here, before any env process starts; the learner follows the env
     device = resolve_device(env_config.get("device", "cpu"), env_config.get("workers", 1))
     args.device = args.device or str(device)
+    if env_config.get("reward") == "vector":
+        raise ValueError("reward: vector gives a vector reward (MO-Gymnasium's convention) and Stable-Baselines3 "
+                         "trains on a scalar one: use a scalar reward (favor, accuracy_gain, time_penalised), or "
+                         "scalarise the vector in your own script with mo_gymnasium.wrappers.LinearReward")
     policy = check_policy(hp, env_config)
     kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
     callbacks = config_callbacks(hp.get("callback"))  # FLMetricsCallback and those the entry names

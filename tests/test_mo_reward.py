@@ -137,3 +137,11 @@ def test_evaluation_records_the_return_per_objective(mo_env):
     assert len(record["return_vector"]) == 3 and np.isnan(record["metrics"]["episode_return"])
     assert record["return_vector"][1] == pytest.approx(-record["metrics"]["sim_time"], rel=1e-6)
     assert record["return_vector"][2] == pytest.approx(record["metrics"]["jain_index"] - 1.0, abs=1e-6)
+
+
+def test_train_agent_refuses_a_vector_reward_naming_the_fix(tmp_path):
+    import train_agent
+
+    with pytest.raises(ValueError, match="LinearReward"):
+        train_agent.main(["--algo", "ppo", "--env", "tiny", "--env-kwargs", "reward=vector", "-f", str(tmp_path)])
+    assert not any(tmp_path.iterdir()), "nothing half-written"
