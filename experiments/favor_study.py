@@ -198,8 +198,9 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
     """Why a trained variant picks what it picks: each model's deployed top-K replayed on ``seeds`` for
     ``rounds_cap`` rounds, with its Q-values recorded every round (cached in ``path``).
 
-    Per model: ``q_rel_spread`` — the std of Q over the available clients divided by |mean Q|
-    (small = the clients look alike to it); ``rank_corr`` — Spearman's correlation of consecutive rounds'
+    Per model: ``q_rel_spread`` — the mean over rounds of the std of Q over the available clients, divided
+    by the std over rounds of the clients' mean Q (how far apart it holds the clients, against how much the
+    state moves every client's value; small = the clients look alike to it); ``rank_corr`` — Spearman's correlation of consecutive rounds'
     Q-vectors (1 = the same order every round, whatever the state); ``topk_overlap`` — the share of a
     round's K picks that were also picked the round before (uniform sampling of K of N: about K/N).
     """
@@ -209,7 +210,7 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
     from fedsel_env.env import FedSelectEnv
 
     doc = json.loads(path.read_text()) if path.is_file() else {}
-    key = json.dumps({"env": env, "seeds": list(seeds), "rounds": rounds_cap,
+    key = json.dumps({"env": env, "seeds": list(seeds), "rounds": rounds_cap, "version": 2,
                       "models": {lab: {str(k): t["dir"] for k, t in runs.items()} for lab, runs in trained.items()}},
                      sort_keys=True, default=str)
     if doc.get("key") == key:
@@ -229,7 +230,7 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
                 from fedsel_env.config import PRESETS
 
                 cfg = {**PRESETS[env["preset"]], **cfg}
-            spreads, corrs, overlaps = [], [], []
+            spreads, levels, corrs, overlaps = [], [], [], []
             with FedSelectEnv(config=cfg) as e:
                 agent = FavorAgent.load(model_dir / "model.zip", e.selection_spec)
                 for ep_seed in seeds:
@@ -238,7 +239,8 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
                     while not done:
                         q = agent.q_values(obs)
                         avail = agent.available(obs)
-                        spreads.append(float(np.std(q[avail]) / (abs(np.mean(q[avail])) + 1e-12)))
+                        spreads.append(float(np.std(q[avail])))
+                        levels.append(float(np.mean(q[avail])))
                         pick = agent.select(obs)
                         if prev_q is not None:
                             corrs.append(float(spearmanr(prev_q, q).statistic))
@@ -246,7 +248,7 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
                         prev_q, prev_pick = q, pick
                         obs, _, term, trunc, _ = e.step(agent.to_action(pick))
                         done = term or trunc
-            out[label][f"{label}_s{seed}"] = {"q_rel_spread": float(np.mean(spreads)),
+            out[label][f"{label}_s{seed}"] = {"q_rel_spread": float(np.mean(spreads) / (np.std(levels) + 1e-12)),
                                               "rank_corr": float(np.nanmean(corrs)),
                                               "topk_overlap": float(np.mean(overlaps)),
                                               "uniform_overlap": float(cfg.get("clients_per_round", 5))
@@ -329,7 +331,8 @@ def _table(res: Mapping[str, Any], setting: str, argv: Sequence[str], clock: Any
         if e and "q_diagnostics" in e:
             d = e["q_diagnostics"]
             lines.append(f"- {name}'s Q-values, deployed (first {DIAG_EPISODES} reporting seeds, ≤ {DIAG_ROUNDS} "
-                         f"rounds; `q_diagnostics`) — std/|mean| over the available clients: "
+                         f"rounds; `q_diagnostics`) — spread of Q over the available clients / spread of its mean over the "
+                         f"rounds: "
                          + ", ".join(f"{v['q_rel_spread']:.3f}" for v in d.values())
                          + "; Spearman correlation of consecutive rounds' Q: "
                          + ", ".join(f"{v['rank_corr']:.2f}" for v in d.values())
