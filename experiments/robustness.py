@@ -107,7 +107,7 @@ def attackers_by_seed(env_name: str, scenario: Dict[str, Any], seeds: Sequence[i
     from fedsel_env.env import FedSelectEnv
 
     env = FedSelectEnv(config={"adversary": scenario, "max_rounds": 1}, preset=env_name)
-    return {s: env.reset(seed=s)[1]["attackers"] for s in seeds}
+    return {s: np.asarray(env.reset(seed=s)[1]["attackers"], dtype=np.int64) for s in seeds}
 
 
 def first_round_at(curve: Sequence[Optional[float]], threshold: float) -> float:

@@ -2,14 +2,30 @@
 
 ``info`` is for evaluation, not for agents: besides what the server knows (the view's records)
 it names the simulator's truth — the attackers, the stragglers, the honest clients' accuracy.
+
+Two kinds of values, so that Gymnasium's vector envs can batch ``info`` (``VectorEnv._add_info`` gives
+an ndarray entry the first env's shape, and stores any other object as it is, per env):
+
+- a per-client quantity (``client_accuracies``, ``participation``, ``num_samples``) is an ndarray of
+  length N, the same in every env and round;
+- a set of client ids (``selected``, ``responders``, ``dropped``, ``late``, ``attackers``,
+  ``stragglers``) is a ``list`` of Python ints, whose length varies between rounds and envs.
+  A list rather than a tuple: ``x[info["selected"]]`` then indexes rows as an index array does
+  (a tuple ``(3,)`` or ``()`` would be read by numpy as a multi-dimensional index: one element, or
+  the whole array).
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 
 from . import metrics
+
+
+def client_ids(ids: np.ndarray) -> List[int]:
+    """A set of client ids as ``info`` holds it: a list of Python ints, in the simulator's order."""
+    return np.asarray(ids, dtype=np.int64).reshape(-1).tolist()
 
 
 class EpisodeTally:
@@ -48,8 +64,8 @@ class EpisodeTally:
         return {"accuracy": view.accuracy, "loss": view.loss_global, "round": 0,
                 "profiling_time": self.profiling_time, "clock": 0.0,
                 "client_accuracies": view.client_accuracies.copy(), "num_samples": view.num_samples.copy(),
-                "model_size": model_size, "attackers": self.adversary.attackers.copy(),
-                "stragglers": self.adversary.stragglers.copy(),
+                "model_size": model_size, "attackers": client_ids(self.adversary.attackers),
+                "stragglers": client_ids(self.adversary.stragglers),
                 "honest_acc_mean": self.honest_accuracy(view.client_accuracies),
                 "profiling_diverged": self.profiling_diverged}
 
@@ -62,8 +78,8 @@ class EpisodeTally:
             "loss": view.loss_global,
             "evaluated": report.evaluation is not None,
             "client_accuracies": acc.copy(),
-            "selected": report.selected.copy(),
-            "responders": report.responders.copy(),
+            "selected": client_ids(report.selected),
+            "responders": client_ids(report.responders),
             "round_time": report.round_time,
             "clock": report.clock,
             "profiling_time": self.profiling_time,
@@ -74,13 +90,13 @@ class EpisodeTally:
             "diverged": self.diverged,
             "is_success": terminated,
             # robustness (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md)
-            "attackers": np.flatnonzero(self.is_attacker),
+            "attackers": client_ids(np.flatnonzero(self.is_attacker)),
             "attacker_selected": bool(self.is_attacker[report.selected].any()),
             "attacker_selected_rate": self.attacker_rounds / self.steps,
             "attacker_response_share": self.attacker_responses / max(self.updates_sent, 1),
             "honest_acc_mean": self.honest_accuracy(acc),
-            "dropped": report.dropped.copy(),
-            "late": report.late.copy(),
+            "dropped": client_ids(report.dropped),
+            "late": client_ids(report.late),
             "dropouts": self.dropouts,
             "late_arrivals": self.late,
         }

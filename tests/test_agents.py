@@ -419,7 +419,7 @@ def run_episode(name: str, config: dict, seed: int = 0):
         action, _ = agent.predict(obs)
         obs, reward, terminated, truncated, info = env.step(action)
         assert 1 <= len(info["selected"]) <= k
-        assert set(info["responders"].tolist()) <= set(info["selected"].tolist())
+        assert set(info["responders"]) <= set(info["selected"])
         assert -1.0 < reward <= 0.0
         rounds += 1
         done = terminated or truncated

@@ -22,7 +22,7 @@ def test_each_response_is_one_ridge_observation(name, step):
     while not done:
         action, _ = agent.predict(obs)
         obs, _, terminated, truncated, info = env.step(action)
-        responses += int(info["responders"].size)
+        responses += len(info["responders"])
         done = terminated or truncated
     agent.predict(obs)  # the agent reads the last step's feedback when it next decides
     assert responses >= 4

@@ -103,7 +103,7 @@ def test_trained_model_selects_k_distinct_available_clients_in_topk(tiny_run):
         assert len(set(chosen.tolist())) == len(chosen)
         assert available[chosen].all()
         obs, _, terminated, truncated, info = env.step(action)
-        assert sorted(info["selected"].tolist()) == sorted(chosen.tolist())  # the env took exactly those
+        assert sorted(info["selected"]) == sorted(chosen.tolist())  # the env took exactly those
         done, rounds = terminated or truncated, rounds + 1
     assert rounds >= 1
 
