@@ -1,7 +1,10 @@
 """The per-client selector (issue #19) against the heuristics and FAVOR, on held-out episodes and on unseen federations.
 
-Issue #19; the selector is ``agents/per_client_net.py`` (one network scores every client; trained by PPO
-on the ``topk`` scores, ``configs/pc_ppo.yml``). The protocol is ``experiments/favor_study.py``'s (issue
+Issue #19; the selector is ``agents/per_client_net.py`` (one network scores every client), trained as
+per-client Q-values by the Double DQN (``configs/pc_dqn.yml``: the ``one`` mode with a 1/K step, deployed
+as top-K). That form was chosen over PPO on the ``topk`` scores (``pc_ppo``) on the tuning seeds
+1000–1019 of the digits default (one training seed each: ``pc_dqn`` 19.8 rounds to 87%, ``pc_ppo``
+25.3, random 21.1; docs/AGENTS.md). The protocol is ``experiments/favor_study.py``'s (issue
 #17), with two reports:
 
     python experiments/per_client_study.py --setting digits       # the default preset
@@ -10,7 +13,7 @@ on the ``topk`` scores, ``configs/pc_ppo.yml``). The protocol is ``experiments/f
 1. **Target and best heuristic, on the tuning seeds 1000–1019** (one FL job: ``federation_seed`` 0,
    ``init: federation``): Ω as favor_study calibrates it (random's median accuracy at half the cap), and
    the best of ``kcenter``, ``afl``, ``pow_d`` and ``oort`` by mean rounds to Ω.
-2. **Training**: ``pc_ppo`` with ``train_agent.py``'s machinery, once per training seed (0, 1, 2), on a new
+2. **Training**: ``pc_dqn`` with ``train_agent.py``'s machinery, once per training seed (0, 1, 2), on a new
    federation every episode (``federation_seed: null``) — federations the reports below never use.
 3. **Report on the training protocol's federation** (``federation_seed`` 0, the reporting seeds
    5000–5029, which nothing above looked at): random, the heuristics, the per-client selector and,
@@ -43,10 +46,11 @@ HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
 UNSEEN_SEEDS = list(range(7000, 7030))  # federation_seed null: each seed its own federation
 #: setting -> env config (without target), round cap, training steps, favor_study's folder of trained models
 SETTINGS: Dict[str, Dict[str, Any]] = {
-    "digits": {"env": {"preset": "default"}, "cap": 60, "steps": 20000},
+    "digits": {"env": {"preset": "default"}, "cap": 60, "steps": 10000},
     "smoke": {"env": {"preset": "tiny", "system": {"availability": 1.0}}, "cap": 6, "steps": 64},
 }
-SMOKE_TRAIN_HP = {"n_steps": 32, "batch_size": 16, "n_epochs": 2, "policy_kwargs": "dict(hidden=16)"}
+ALGO = "pc_dqn"  # train_agent.py --algo (configs/pc_dqn.yml)
+SMOKE_TRAIN_HP = {"learning_starts": 16, "batch_size": 16, "buffer_size": 200, "policy_kwargs": "dict(hidden=16)"}
 
 
 def main(argv: Sequence[str] = None) -> Path:
@@ -54,7 +58,7 @@ def main(argv: Sequence[str] = None) -> Path:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = common.parser(NAME, __doc__.split("\n")[0])
     p.add_argument("--setting", choices=[s for s in SETTINGS if s != "smoke"], default="digits")
-    p.add_argument("--train-steps", type=int, default=None, help="PPO steps per training run (default: the setting's)")
+    p.add_argument("--train-steps", type=int, default=None, help="training steps per run (default: the setting's)")
     p.add_argument("--part", choices=["all", "tune", "train", "report"], default="all",
                    help="stop after this part (each is resumable; 'all' runs them in order)")
     args = p.parse_args(argv)
@@ -91,17 +95,17 @@ def main(argv: Sequence[str] = None) -> Path:
     # 2. training across federations
     steps = args.train_steps or s["steps"]
     train_env = {**{k: v for k, v in env.items() if k not in ("federation_seed", "init")},
-                 "federation_seed": None, "init": "episode", "action_mode": "topk", "observation": "dict",
-                 "pca_components": 3 if smoke else 5}
+                 "federation_seed": None, "init": "episode", "action_mode": "one", "one_mode_step": "1/K",
+                 "observation": "dict", "pca_components": 3 if smoke else 5}
     trained: Dict[int, Any] = {}
     for seed in train_seeds:
         train = {"n_timesteps": steps, "n_envs": 1 if smoke else 2, "max_rounds": cap,
                  "hyperparams": SMOKE_TRAIN_HP if smoke else {}}
-        run_dir, curve, _ = common.train_dqn(out.out / "train" / f"pc_ppo_s{seed}", "pc_ppo", train_env, train, seed,
+        run_dir, curve, _ = common.train_dqn(out.out / "train" / f"{ALGO}_s{seed}", ALGO, train_env, train, seed,
                                              progress)
         seconds = json.loads((run_dir / "train_time.json").read_text())["seconds"]
         trained[seed] = {"dir": str(run_dir), "curve": curve, "seconds": seconds}
-        doc["trained"][f"pc_ppo_s{seed}"] = {"seconds": seconds, "steps": steps, "returns": curve["return"]}
+        doc["trained"][f"{ALGO}_s{seed}"] = {"seconds": seconds, "steps": steps, "returns": curve["return"]}
         _progress(out, setting, doc)
     if args.part == "train":
         return out.out
@@ -169,7 +173,7 @@ def _table(res: Mapping[str, Any], argv: Sequence[str], clock: Any, out: Any, wo
              f"(favor_study's rule, tuning seeds {res['tune_seeds'][0]}–{res['tune_seeds'][-1]}); best heuristic on "
              f"the tuning seeds: `{best}` (mean rounds: "
              + ", ".join(f"{k} {v:.1f}" for k, v in res["tune_mean_rounds"].items()) + "). The per-client "
-             f"selector: `pc_ppo`, {res['train_steps']} steps per training seed on a new federation every episode "
+             f"selector: `{ALGO}`, {res['train_steps']} steps per training seed on a new federation every episode "
              f"(training took " + ", ".join(f"{t / 60:.1f}" for t in res["training_seconds"]) + " min). A missed Ω "
              "counts as the cap.\n"]
     titles = {"seen": "the training protocol's federation (`federation_seed` 0; FAVOR was trained on it)",
@@ -177,7 +181,7 @@ def _table(res: Mapping[str, Any], argv: Sequence[str], clock: Any, out: Any, wo
     for name, rep in res["reports"].items():
         rows = []
         for pol, e in rep["policies"].items():
-            label = {"per_client": "per-client selector (pc_ppo)", "favor": "FAVOR (paper's settings)"}.get(pol, pol)
+            label = {"per_client": f"per-client selector ({ALGO})", "favor": "FAVOR (paper's settings)"}.get(pol, pol)
             rows.append([label, f"{e['mean_rounds']:.1f}", f"{e['missed']}/{e['episodes']}",
                          "—" if pol == "random" else ci_text(e["rounds_vs_random"]),
                          "—" if pol == best else ci_text(e["rounds_vs_best"]),
@@ -204,7 +208,7 @@ def _figures(out: Any, res: Mapping[str, Any], trained: Mapping[int, Any], setti
         r = np.asarray(t["curve"]["return"], dtype=np.float64)
         w = max(min(20, r.size // 3), 1)
         if r.size >= w:
-            ax.plot(np.convolve(r, np.ones(w) / w, mode="valid"), label=f"pc_ppo seed {seed}")
+            ax.plot(np.convolve(r, np.ones(w) / w, mode="valid"), label=f"{ALGO} seed {seed}")
     ax.set(title=f"{setting}: per-client selector, training episode returns (moving mean; a new federation "
                  f"each episode)", xlabel="training episode", ylabel="episode return")
     ax.grid(alpha=0.3)
