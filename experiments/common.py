@@ -15,6 +15,10 @@ Every script in ``experiments/`` regenerates one of SPEC §6's published results
 
 A run folder whose ``config.json`` matches is resumed (finished episodes are kept), so an
 interrupted script continues where it stopped; a changed config starts that part afresh.
+
+Every results JSON and table fragment records the git commit the script ran at (:func:`provenance`,
+taken when the script starts): ``commit``, and ``dirty`` / ``dirty_files`` — uncommitted changes to
+tracked files of the code that computes the numbers (``CODE_PATHS``).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -180,6 +185,27 @@ def mean_std(values: Sequence[float], spec: str = ".3f") -> str:
     return f"{v.mean():{spec}} ± {v.std():{spec}}"
 
 
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> Any:
+    """The mean of the finite ``values`` with its Student-t confidence interval (``scipy.stats.t``), as a
+    :class:`fedsel_eval.stats.Interval` (no interval below two values). For a handful of seeds, where a
+    bootstrap interval is too narrow to mean anything."""
+    from scipy import stats
+
+    from fedsel_eval.stats import Interval
+
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = float(x.mean())
+    if x.size < 2:
+        return Interval(mean, math.nan, math.nan, 1)
+    sem = float(x.std(ddof=1) / math.sqrt(x.size))
+    if sem == 0.0:
+        return Interval(mean, mean, mean, int(x.size))
+    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
+    return Interval(mean, float(lo), float(hi), int(x.size))
+
+
 def wall_time_note(seconds: float, workers: int, command: str, compute_seconds: Optional[float] = None,
                    compute_what: str = "its episodes (single-process time, summed from their records)",
                    longest: Optional[Mapping[str, Any]] = None) -> str:
@@ -207,6 +233,48 @@ def episode_seconds(*record_lists: Sequence[Mapping[str, Any]]) -> float:
     return float(sum(r["wall_time_s"] for records in record_lists for r in records))
 
 
+# ========================================================================================== provenance
+#: The code behind every number: uncommitted changes to tracked files here make a result "dirty".
+#: experiments/results/ is left out: the scripts themselves rewrite those files.
+CODE_PATHS = ("fedsel_env", "agents", "fedsel_eval", "experiments")
+_NOT_CODE = ("experiments/results",)
+
+
+def provenance(root: Path = ROOT, git: str = "git") -> Dict[str, Any]:
+    """The git commit the code in ``root`` is at, and whether tracked code files differ from it.
+
+    :param git: the git executable (tests pass a missing one).
+    :return: ``{"commit": sha, "dirty": bool, "dirty_files": [paths]}``; where git or the repository is
+        missing (a tarball), ``{"commit": None, "dirty": None, "dirty_files": None, "commit_note": why}``.
+    """
+    paths = [*CODE_PATHS, *(f":(exclude){p}" for p in _NOT_CODE)]
+    try:
+        sha = subprocess.run([git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
+                             timeout=60).stdout.strip()
+        # staged or not, against HEAD; untracked files are not code the commit names
+        changed = subprocess.run([git, "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
+                                 capture_output=True, text=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        why = (e.stderr or "").strip().splitlines()[-1:] if isinstance(e, subprocess.CalledProcessError) else [str(e)]
+        return {"commit": None, "dirty": None, "dirty_files": None,
+                "commit_note": f"no git commit recorded: {(why or [type(e).__name__])[0]} "
+                               f"(not a git checkout, or git is not installed)"}
+    files = sorted(line[3:].split(" -> ")[-1] for line in changed.splitlines() if line.strip())
+    return {"commit": sha, "dirty": bool(files), "dirty_files": files}
+
+
+def provenance_note(prov: Mapping[str, Any]) -> str:
+    """The fragment's line on the commit the numbers were produced at."""
+    if prov.get("commit") is None:
+        return f"*Commit: none recorded ({prov.get('commit_note', 'git unavailable')}).*"
+    if not prov.get("dirty"):
+        return f"*Produced at commit `{prov['commit'][:12]}` (no uncommitted changes to {', '.join(CODE_PATHS)}).*"
+    files = prov["dirty_files"]
+    shown = ", ".join(f"`{f}`" for f in files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return (f"*Produced at commit `{prov['commit'][:12]}` **with uncommitted changes** to {shown}: "
+            f"the numbers may not be reproducible from the commit alone.*")
+
+
 # ============================================================================================ outputs
 class Outputs:
     """Where an experiment writes: its folder, and (when publishing) docs/ and experiments/results/.
@@ -220,6 +288,8 @@ class Outputs:
         self.name, self.out, self.publish = name, Path(out), publish
         self.out.mkdir(parents=True, exist_ok=True)
         self.figures: List[str] = []
+        #: the commit this script runs at, taken now (others may commit while it runs)
+        self.provenance: Dict[str, Any] = provenance()
 
     def invocation(self, seconds: float, command: str) -> Dict[str, Any]:
         """Log this invocation in ``<out>/invocations.jsonl``; return the longest one logged (this included)."""
@@ -240,8 +310,9 @@ class Outputs:
         return path
 
     def results(self, data: Mapping[str, Any]) -> Path:
-        """Write the numbers behind the table as ``results.json`` (and ``experiments/results/<name>.json``)."""
-        text = json.dumps(_plain(data), indent=1, allow_nan=False) + "\n"
+        """Write the numbers behind the table as ``results.json`` (and ``experiments/results/<name>.json``),
+        with the commit they were produced at (:func:`provenance`) first."""
+        text = json.dumps(_plain({**self.provenance, **data}), indent=1, allow_nan=False) + "\n"
         path = self.out / "results.json"
         path.write_text(text)
         if self.publish:
@@ -252,7 +323,7 @@ class Outputs:
     def fragment(self, markdown: str) -> Path:
         """Write ``table.md``; when publishing, splice it (with its figures) into docs/REPRODUCTION.md."""
         images = "".join(f"\n![{stem}](img/repro_{stem}.png)\n" for stem in self.figures)
-        text = markdown.rstrip() + "\n" + images
+        text = markdown.rstrip() + "\n\n" + provenance_note(self.provenance) + "\n" + images
         path = self.out / "table.md"
         path.write_text(text)
         if self.publish:

@@ -5,6 +5,8 @@ episode that missed the target)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +24,8 @@ SCRIPTS = {"favor_fmnist": favor_fmnist, "favor_study": favor_study, "qffl_synth
            "per_client_study": per_client_study}
 #: Scripts that only time the simulator (no episodes, so no evaluate.py run folder).
 TIMING_ONLY = {"round_cost"}
+#: Scripts whose runs are experiments/chunked.py runs (checkpoints and a progress file, not evaluate.py folders).
+CHUNKED = {"qffl_synthetic"}
 
 
 def _docs_state() -> dict:
@@ -39,13 +43,17 @@ def test_script_runs_in_its_smoke_configuration(name, tmp_path):
     assert "--smoke" in table  # the fragment says how it was made
     results = json.loads((out / "results.json").read_text())
     assert results  # the numbers behind the table
+    assert "commit" in results and "dirty" in results and "Produced at commit" in table  # where they came from
+    if name in CHUNKED:
+        runs = json.loads((out / "progress.json").read_text())["settings"]
+        assert all(r["status"] == "finished" for s in runs.values() for r in s["runs"].values())
     if name not in TIMING_ONLY:
         pngs = sorted(out.glob(f"{name}*.png"))
         assert pngs and all(p.stat().st_size > 1000 for p in pngs)
         for png in pngs:  # the fragment embeds every figure the script made
             assert f"img/repro_{png.stem}.png" in table
         # every evaluation part is an evaluate.py run folder
-        assert any(p.name == "episodes.jsonl" for p in out.rglob("episodes.jsonl"))
+        assert name in CHUNKED or any(p.name == "episodes.jsonl" for p in out.rglob("episodes.jsonl"))
     assert _docs_state() == before, "a --smoke run must not touch docs/ or experiments/results/"
 
 
@@ -56,6 +64,12 @@ def test_bad_arguments_fail_with_the_option_named(tmp_path):
         afl_rounds.main(["--smoke", "--out", str(tmp_path), "--seeds", "1", "1"])
     with pytest.raises(ValueError, match="--rounds"):
         qffl_synthetic.main(["--smoke", "--out", str(tmp_path), "--rounds", "0"])
+    with pytest.raises(ValueError, match="--q"):
+        qffl_synthetic.main(["--smoke", "--out", str(tmp_path), "--q", "1", "-1"])
+    with pytest.raises(ValueError, match="--max-minutes"):
+        qffl_synthetic.main(["--smoke", "--out", str(tmp_path), "--max-minutes", "-1"])
+    with pytest.raises(ValueError, match="--ray"):
+        qffl_synthetic.main(["--smoke", "--out", str(tmp_path), "--ray"])
 
 
 def test_splice_replaces_only_its_own_block(tmp_path):
@@ -85,3 +99,67 @@ def test_rounds_cell_shows_every_missed_target():
 def test_command_line_leaves_out_the_machine_specific_folder():
     assert common.command_line("x.py", ["--out", "/tmp/a", "--workers", "2", "--out=/b"]) == \
         "python experiments/x.py --workers 2"
+
+
+# ------------------------------------------------------------------------------------------- provenance
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_provenance_names_the_commit_and_uncommitted_code(tmp_path):
+    repo = tmp_path / "repo"
+    for f in ("agents/a.py", "experiments/results/x.json", "docs/d.md"):
+        (repo / f).parent.mkdir(parents=True, exist_ok=True)
+        (repo / f).write_text("v1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "c")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert common.provenance(repo) == {"commit": head, "dirty": False, "dirty_files": []}
+    # results the scripts rewrite, docs and untracked files are not code: still clean
+    (repo / "experiments/results/x.json").write_text("v2\n")
+    (repo / "docs/d.md").write_text("v2\n")
+    (repo / "fedsel_env").mkdir()
+    (repo / "fedsel_env/new.py").write_text("untracked\n")
+    assert common.provenance(repo)["dirty"] is False
+    (repo / "agents/a.py").write_text("v2\n")
+    prov = common.provenance(repo)
+    assert prov["dirty"] is True and prov["dirty_files"] == ["agents/a.py"]
+    assert "uncommitted changes" in common.provenance_note(prov) and "`agents/a.py`" in common.provenance_note(prov)
+
+
+def test_without_git_the_commit_is_null_with_a_note(tmp_path):
+    for prov in (common.provenance(ROOT, git=str(tmp_path / "no-such-git")), common.provenance(tmp_path)):
+        assert prov["commit"] is None and prov["dirty"] is None and "no git commit recorded" in prov["commit_note"]
+    assert "none recorded" in common.provenance_note(prov)
+
+
+def test_results_json_and_fragment_record_the_commit(tmp_path, monkeypatch):
+    out = common.Outputs("x", tmp_path / "a", publish=False)
+    assert set(out.provenance) >= {"commit", "dirty", "dirty_files"}  # taken when the script starts
+    data = json.loads(out.results({"n": 1}).read_text())
+    assert data["n"] == 1 and data["commit"] == out.provenance["commit"] and "dirty" in data
+    if data["commit"] is not None:
+        assert f"`{data['commit'][:12]}`" in out.fragment("table").read_text()
+    monkeypatch.setattr(common, "provenance", lambda: {"commit": None, "dirty": None, "dirty_files": None,
+                                                       "commit_note": "no git commit recorded: a tarball"})
+    bare = common.Outputs("x", tmp_path / "b", publish=False)
+    assert json.loads(bare.results({"n": 1}).read_text())["commit"] is None
+    assert "none recorded (no git commit recorded: a tarball)" in bare.fragment("table").read_text()
+
+
+def test_qffl_keeps_finished_runs_and_max_minutes_zero_only_tabulates(tmp_path):
+    fresh = qffl_synthetic.main(["--smoke", "--out", str(tmp_path / "b"), "--no-progress", "--max-minutes", "0"])
+    assert json.loads((fresh / "results.json").read_text())["runs_finished"] == 0
+    argv = ["--smoke", "--out", str(tmp_path / "a"), "--no-progress", "--seeds", "0", "--q", "0"]
+    out = qffl_synthetic.main(argv)
+    first, commit = (out / "progress.json").read_text(), json.loads((out / "results.json").read_text())["commit"]
+    qffl_synthetic.main(argv)  # nothing left to run: the progress file is as it was
+    assert (out / "progress.json").read_text() == first
+    runs = json.loads(first)["settings"]["smoke rounds=4 max_samples=60"]["runs"]
+    assert sorted(runs) == ["qfedavg q=0 seed=0", "qfedsgd q=0 seed=0"]
+    for r in runs.values():
+        assert r["status"] == "finished" and r["rounds_done"] == 4 and len(r["result"]["clients"]["accuracy"]) == 12
+        assert [c["commit"] for c in r["chunks"]] == [commit]  # the commit each chunk ran at
