@@ -2,9 +2,10 @@
 a time budget or a crash, continues from its last checkpoint bit for bit as if it had never stopped.
 
 A *run* is the episode :func:`fedsel_eval.run_episode` plays — a ``--policy`` value acting in one env
-config from ``env.reset(seed=s)`` until the round budget, the policy built as ``fedsel_eval`` builds it
-(:func:`fedsel_eval.build_policy`, seeded by :func:`fedsel_eval.agent_seed`) — so an uninterrupted run
-gives the numbers ``evaluate.py`` gives for that seed (``tests/test_chunked.py`` checks both claims).
+config from ``env.reset(seed=s)`` until the round budget, the policy built by
+:func:`fedsel_eval.build_policy` and seeded by :func:`fedsel_eval.agent_seed` — so an uninterrupted run
+gives the numbers of ``run_episode`` for that seed (``tests/test_chunked.py`` checks both claims). One
+difference: the policy is built on the spec of the seed's own federation (:func:`start` says why).
 What differs is the bookkeeping: a run of 20,000 rounds keeps a curve point every ``eval_every`` rounds
 (the env evaluates only then, and at the last round) instead of one per round, and its state lies in
 ``<folder>/checkpoint.pkl``, written atomically (a temp file, fsync, ``os.replace``) every
@@ -96,8 +97,6 @@ def advance(spec: RunSpec, folder: Path, checkpoint_every: int, deadline: float 
         final global model's bytes). A run already finished in ``folder`` returns its record at once.
     """
     from fedsel_env import metrics
-    from fedsel_env.env import FedSelectEnv
-    from fedsel_eval import build_policy, parse_policy
 
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every = {checkpoint_every} is invalid: expected >= 1")
@@ -108,11 +107,7 @@ def advance(spec: RunSpec, folder: Path, checkpoint_every: int, deadline: float 
     if done is not None:  # finished before (its progress entry was lost): nothing to play
         rounds = int(done["metrics"]["rounds"])
         return RunOutcome(spec.run_id, "finished", rounds, rounds, 0.0, 0.0, done)
-    env = FedSelectEnv(config=dict(spec.env))
-    policy = build_policy(parse_policy(spec.policy), env.selection_spec, spec.seed)
-    if hasattr(policy, "bind"):
-        policy.bind(env.unwrapped)
-    obs, info = env.reset(seed=spec.seed)
+    env, policy, obs, info = start(spec)
     saved = load_checkpoint(folder, spec)
     if saved is None:
         curve: Dict[str, List[float]] = {k: [] for k in ("round", "accuracy", "loss", "acc_var_1e4",
@@ -153,6 +148,25 @@ def advance(spec: RunSpec, folder: Path, checkpoint_every: int, deadline: float 
               "curve": curve}
     save_checkpoint(folder, spec, {"state": None, "curve": curve, "num_samples": num_samples, "record": record})
     return RunOutcome(spec.run_id, "finished", start_round, env._round, now - started, now - rounds_started, record)
+
+
+def start(spec: RunSpec) -> tuple:
+    """The run's env reset with its seed, and its policy: (env, policy, first observation, reset info).
+
+    The policy is built after the reset, on ``env.selection_spec`` of the seed's own federation: built
+    before it (as ``fedsel_eval.evaluate_task`` does), an agent reading ``spec.num_samples`` (``random_nk``,
+    ``qffl``, ``afl``, ``oort``, ``pow_d``) would sample by the sizes of the env's previous federation, which
+    differ from this one's whenever sizes are drawn per federation (Synthetic's lognormal n_k).
+    """
+    from fedsel_env.env import FedSelectEnv
+    from fedsel_eval import build_policy, parse_policy
+
+    env = FedSelectEnv(config=dict(spec.env))
+    obs, info = env.reset(seed=spec.seed)
+    policy = build_policy(parse_policy(spec.policy), env.selection_spec, spec.seed)
+    if hasattr(policy, "bind"):
+        policy.bind(env.unwrapped)
+    return env, policy, obs, info
 
 
 def _add_point(curve: Dict[str, List[float]], rnd: int, info: Mapping[str, Any], metrics: Any) -> None:

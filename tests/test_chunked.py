@@ -1,6 +1,7 @@
 """experiments/chunked.py: a run interrupted (paused, out of time, or crashed) and resumed from its
 checkpoints ends at the same model, bit for bit, with the same numbers as one that ran straight through,
-and those are the numbers fedsel_eval.run_episode gives for that seed."""
+and those are the numbers fedsel_eval.run_episode gives for that seed with the policy built on that seed's
+federation."""
 from __future__ import annotations
 
 import sys
@@ -80,10 +81,18 @@ def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
     assert changed.start_round == 0
 
 
-def test_a_run_gives_what_evaluate_py_gives_for_its_seed(straight):
+def test_the_policy_samples_by_its_own_federations_sizes():
+    for seed in (3, 4):
+        env, policy, _, info = chunked.start(_spec(seed=seed))
+        assert policy.spec.num_samples.tolist() == list(info["num_samples"])
+    assert len({tuple(chunked.start(_spec(seed=s))[3]["num_samples"]) for s in (3, 4)}) == 2  # sizes differ
+
+
+def test_a_run_gives_what_run_episode_gives_for_its_seed(straight):
     import fedsel_eval
 
     env = FedSelectEnv(config=dict(ENV))
+    env.reset(seed=3)  # the policy on the seed's federation's spec, as the run builds it
     policy = fedsel_eval.build_policy(fedsel_eval.parse_policy("random_nk"), env.selection_spec, 3)
     ref = fedsel_eval.run_episode(env, policy, 3)
     assert straight["clients"]["accuracy"] == ref["clients"]["accuracy"]
