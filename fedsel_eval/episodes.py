@@ -30,8 +30,13 @@ if TYPE_CHECKING:
     from .plan import EpisodeTask, EvalPlan
 
 
-def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
+def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable[[Any], Any]] = None) -> Dict[str, Any]:
     """Run ``policy`` for one episode of ``env`` from ``reset(seed=seed)``.
+
+    ``make_policy`` (instead of ``policy``, which is then ``None``) builds the policy from the episode's
+    own ``selection_spec`` after the reset: where each seed draws its own federation
+    (``federation_seed: null``), the clients' sample counts n_k are that federation's, and an agent
+    built before the reset would read the previous federation's.
 
     :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
         from round 0, round time, fraction of improved participants, responders), ``clients``
@@ -39,9 +44,11 @@ def run_episode(env: Any, policy: Any, seed: int) -> Dict[str, Any]:
         vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).
     """
     start = time.perf_counter()
+    obs, info = env.reset(seed=seed)
+    if make_policy is not None:
+        policy = make_policy(env.unwrapped.selection_spec)
     if hasattr(policy, "bind"):  # agents that ask clients something before selecting (pow_d)
         policy.bind(env.unwrapped)
-    obs, info = env.reset(seed=seed)
     num_samples = np.asarray(info["num_samples"])
     accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
     round_time, improved, responders = [], [], []
@@ -120,8 +127,8 @@ def keep_env(config: Mapping[str, Any], env: Any) -> None:
 def evaluate_task(task: EpisodeTask, env_config: Mapping[str, Any]) -> Dict[str, Any]:
     """Run one task and return its JSON-ready record (the unit of work of a worker process)."""
     env = _env_for(env_config)
-    policy = build_policy(task.policy, env.selection_spec, task.seed)
-    record = run_episode(env, policy, task.seed)
+    record = run_episode(env, None, task.seed,
+                         make_policy=lambda spec: build_policy(task.policy, spec, task.seed))
     head = {"key": task.key, "policy": task.policy.label, "backend": task.backend.label, "seed": task.seed,
             "agent_seed": agent_seed(task.seed)}
     return jsonable({**head, **record})

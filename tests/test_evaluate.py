@@ -144,7 +144,7 @@ def test_resume_with_another_reference_resummarises_without_running(default_run,
 
     out = tmp_path / "ref"
     shutil.copytree(default_run, out)
-    monkeypatch.setattr(episodes, "run_episode", lambda *a: pytest.fail("no episode should run"))
+    monkeypatch.setattr(episodes, "run_episode", lambda *a, **k: pytest.fail("no episode should run"))
     evaluate.main(TINY + ["--seeds", "0", "1", "--target", "0.25", "--out", str(out), "--no-plots", "--resume",
                           "--reference", "afl"])
     md = (out / "summary.md").read_text()
@@ -186,7 +186,8 @@ def test_resume_skips_finished_episodes(tmp_path, monkeypatch):
 
     calls = []
     real = episodes.run_episode
-    monkeypatch.setattr(episodes, "run_episode", lambda env, policy, seed: calls.append(seed) or real(env, policy, seed))
+    monkeypatch.setattr(episodes, "run_episode",
+                        lambda env, policy, seed, **kw: calls.append(seed) or real(env, policy, seed, **kw))
     with pytest.raises(ValueError, match="--resume"):
         evaluate.main(args)  # an existing evaluation is not silently overwritten
     evaluate.main(args + ["--resume"])
