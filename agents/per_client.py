@@ -13,7 +13,7 @@ Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerCl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -63,18 +63,27 @@ class PerClientAgent(SelectionAgent):
     :param spec: the problem's public description.
     :param seed: unused (deterministic); kept for the common signature.
     :param model_path: a model trained with a per-client policy (``train_agent.py --algo pc_ppo`` or
-        ``pc_dqn``).
+        ``pc_dqn``), or a list of them: an ensemble, whose score is the sum of its members' scores, each
+        standardised over the available clients (so no member's scale dominates).
     :param model: an already-loaded per-client SB3 model (instead of ``model_path``).
     :param device: torch device for the network.
     """
 
     name = "per_client"
 
-    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, model_path: Union[str, Path, None] = None,
+    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None,
+                 model_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
                  model: Any = None, device: str = "cpu") -> None:
         super().__init__(spec, seed=seed)
         if (model_path is None) == (model is None):
-            raise ValueError("per_client agent: give exactly one of model_path= (a saved model .zip) or model=")
+            raise ValueError("per_client agent: give exactly one of model_path= (a saved model .zip, or a list "
+                             "of them for an ensemble) or model=")
+        if isinstance(model_path, (list, tuple)):
+            if not model_path:
+                raise ValueError("per_client agent: model_path is an empty list; give one or more model files")
+            self.members = [PerClientAgent(spec, model_path=p, device=device) for p in model_path]
+        else:
+            self.members = []
         self.model_path = model_path
         self.device = device
         self.model = model
@@ -99,9 +108,18 @@ class PerClientAgent(SelectionAgent):
         self._n = n
 
     def scores(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
-        """Each client's score for one Dict observation: (N,)."""
+        """Each client's score for one Dict observation: (N,); an ensemble's is the sum of its members'
+        scores standardised over the available clients."""
         from .per_client_net import per_client_scores
 
+        if self.members:
+            avail = self.available(obs)
+            total = np.zeros(int(np.asarray(obs["clients"]).shape[0]))
+            for member in self.members:
+                s = member.scores(obs)
+                ref = s[avail] if avail.size else s
+                total += (s - ref.mean()) / (ref.std() + 1e-12)
+            return total
         self._ensure_model(obs)
         return per_client_scores(self.model, obs)
 

@@ -158,3 +158,22 @@ def test_train_agent_trains_it_and_evaluate_runs_it_at_another_n(algo, tmp_path)
 
     recs = [json.loads(line) for line in (tmp_path / "ev" / "episodes.jsonl").read_text().splitlines()]
     assert {r["policy"] for r in recs} == {"random", "pc"} and len(recs) == 4
+
+
+def test_an_ensemble_sums_its_members_standardised_scores(models, tmp_path):
+    paths = []
+    for i, model in enumerate(models):
+        models[i].save(tmp_path / f"m{i}.zip")
+        paths.append(tmp_path / f"m{i}.zip")
+    env = env_of(6, "topk", system={"availability": 0.7})
+    obs, _ = env.reset(seed=2)
+    spec = env.selection_spec
+    ens = agents.make("per_client", spec, model_path=[str(p) for p in paths])
+    single = [agents.make("per_client", spec, model_path=p) for p in paths]
+    avail = np.flatnonzero(obs["clients"][:, FEATURE_INDEX["available"]] > 0.5)
+    expected = sum((s - s[avail].mean()) / s[avail].std() for s in (a.scores(obs) for a in single))
+    np.testing.assert_allclose(ens.scores(obs), expected, rtol=1e-6, atol=1e-9)
+    assert set(ens.select(obs)) <= set(avail)
+    with pytest.raises(ValueError, match="empty list"):
+        agents.make("per_client", spec, model_path=[])
+    env.close()
