@@ -36,6 +36,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from agents.training.atomic import _plain  # numpy scalars and tuples → plain JSON types (one definition)
+
 CHECKPOINT_FILE = "checkpoint.pkl"
 #: bump when the checkpoint's layout changes: an older checkpoint is then ignored (the run restarts)
 CHECKPOINT_VERSION = 1
@@ -249,16 +251,6 @@ def finished_record(folder: Path, spec: RunSpec) -> Optional[Dict[str, Any]]:
     with open(path, "rb") as f:
         saved = pickle.load(f)
     return saved.get("record") if saved.get("key") == spec.key() else None
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 # ============================================================================================ many runs
