@@ -71,6 +71,49 @@ def calibrate_target(records: Sequence[Mapping[str, Any]], cap: int) -> float:
     return float(np.floor(np.median(curves, axis=0)[cap // 2] * 100) / 100)
 
 
+def study_start(name: str, description: str, settings: Mapping[str, Any], argv: Sequence[str]):
+    """The command line of a held-out study (this one, ``per_client_study.py``): its options parsed and
+    checked, its folder (``runs/repro/<name>/<setting>``) started.
+
+    :return: (args, setting, clock, outputs).
+    :raises ValueError: for ``--train-steps`` below 1.
+    """
+    p = common.parser(name, description)
+    p.add_argument("--setting", choices=[s for s in settings if s != "smoke"], default=next(iter(settings)))
+    p.add_argument("--train-steps", type=int, default=None, help="training steps per run (default: the setting's)")
+    p.add_argument("--part", choices=["all", "tune", "train", "report"], default="all",
+                   help="stop after this part (each is resumable; 'all' runs them in order)")
+    args = p.parse_args(argv)
+    if args.train_steps is not None and args.train_steps < 1:
+        raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
+    setting = "smoke" if args.smoke else args.setting
+    if args.out == str(common.RUNS_DIR / name):
+        args.out = str(common.RUNS_DIR / name / setting)
+    clock, out = common.start(f"{name}_{setting}", args)
+    return args, setting, clock, out
+
+
+def target_and_best(out: Any, base: Mapping[str, Any], heuristics: Sequence[str], tune_seeds: Sequence[int],
+                    cap: int, workers: int, progress: bool, setting: str):
+    """Steps 1-2 of the protocol, on the tuning seeds: Ω from random's curves (:func:`calibrate_target`),
+    then the heuristic with the fewest mean rounds to Ω.
+
+    :return: (the calibration records, the tuning records, the env config with Ω, mean rounds per policy,
+        the best heuristic).
+    """
+    calib, _, _ = common.evaluate(out.out / "calibration", {**base, "target_accuracy": 1.0}, ["random"], tune_seeds,
+                                  workers=workers, progress=progress, env_name=setting, plots=False)
+    omega = calibrate_target(calib, cap)
+    env = {**base, "target_accuracy": omega}
+    print(f"Ω = {omega:.2f} (random's median accuracy at round {cap // 2} of {cap} on the tuning seeds)")
+    tune, _, _ = common.evaluate(out.out / "tune", env, ["random", *heuristics], tune_seeds, workers=workers,
+                                 progress=progress, env_name=setting, plots=False)
+    tune_rounds = {pol: float(rounds(tune, pol, cap).mean()) for pol in ("random", *heuristics)}
+    best = min(heuristics, key=lambda h: tune_rounds[h])
+    print(f"tuning seeds, mean rounds to Ω: {tune_rounds}; best heuristic: {best}")
+    return calib, tune, env, tune_rounds, best
+
+
 def rounds(records: Sequence[Mapping[str, Any]], policy: str, cap: int) -> np.ndarray:
     """Rounds to Ω per episode seed, in seed order (a miss counts as the cap)."""
     eps = sorted(common.episodes_of(records, policy), key=lambda r: r["seed"])
@@ -106,18 +149,7 @@ def ci_text(p: Mapping[str, float], spec: str = "+.1f") -> str:
 def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = common.parser(NAME, __doc__.split("\n")[0])
-    p.add_argument("--setting", choices=[s for s in SETTINGS if s != "smoke"], default="digits")
-    p.add_argument("--train-steps", type=int, default=None, help="DQN training steps per run (default: the setting's)")
-    p.add_argument("--part", choices=["all", "tune", "train", "report"], default="all",
-                   help="stop after this part (each is resumable; 'all' runs them in order)")
-    args = p.parse_args(argv)
-    if args.train_steps is not None and args.train_steps < 1:
-        raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
-    setting = "smoke" if args.smoke else args.setting
-    if args.out == str(common.RUNS_DIR / NAME):
-        args.out = str(common.RUNS_DIR / NAME / setting)
-    clock, out = common.start(f"{NAME}_{setting}", args)
+    args, setting, clock, out = study_start(NAME, __doc__.split("\n")[0], SETTINGS, argv)
     s = SETTINGS[setting]
     cap, progress = s["cap"], not args.no_progress
     tune_seeds, report_seeds = ([0, 1], [100, 101]) if args.smoke else (TUNE_SEEDS, REPORT_SEEDS)
@@ -128,19 +160,10 @@ def main(argv: Sequence[str] = None) -> Path:
     # system's draws and the minibatch orders
     base = {**s["env"], "max_rounds": cap, "init": "federation"}
 
-    # 1. the target, from random's curves on the tuning seeds
-    calib, _, _ = common.evaluate(out.out / "calibration", {**base, "target_accuracy": 1.0}, ["random"], tune_seeds,
-                                  workers=args.workers, progress=progress, env_name=setting, plots=False)
-    omega = calibrate_target(calib, cap)
-    env = {**base, "target_accuracy": omega}
-    print(f"Ω = {omega:.2f} (random's median accuracy at round {cap // 2} of {cap} on the tuning seeds)")
-
-    # 2. the best heuristic, chosen on the tuning seeds
-    tune, _, _ = common.evaluate(out.out / "tune", env, ["random", *HEURISTICS], tune_seeds, workers=args.workers,
-                                 progress=progress, env_name=setting, plots=False)
-    tune_rounds = {pol: float(rounds(tune, pol, cap).mean()) for pol in ("random", *HEURISTICS)}
-    best = min(HEURISTICS, key=lambda h: tune_rounds[h])
-    print(f"tuning seeds, mean rounds to Ω: {tune_rounds}; best heuristic: {best}")
+    # 1-2. the target, from random's curves, and the best heuristic, both on the tuning seeds
+    calib, tune, env, tune_rounds, best = target_and_best(out, base, HEURISTICS, tune_seeds, cap, args.workers,
+                                                          progress, setting)
+    omega = env["target_accuracy"]
     progress_doc: Dict[str, Any] = {"setting": setting, "env": env, "omega": omega, "tune_seeds": tune_seeds,
                                     "tune_mean_rounds": tune_rounds, "best_heuristic": best, "trained": {}}
     _progress(out, setting, progress_doc)

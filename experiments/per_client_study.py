@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
-from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, calibrate_target,  # noqa: E402
-                                     ci_text, final_accuracy, paired, participation, rounds)
+from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, ci_text,  # noqa: E402
+                                     final_accuracy, paired, participation, rounds, study_start, target_and_best)
 
 NAME = "per_client_study"
 HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
@@ -56,18 +56,7 @@ SMOKE_TRAIN_HP = {"learning_starts": 16, "batch_size": 16, "buffer_size": 200, "
 def main(argv: Sequence[str] = None) -> Path:
     """Run the experiment as ``argv`` says; return its folder."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = common.parser(NAME, __doc__.split("\n")[0])
-    p.add_argument("--setting", choices=[s for s in SETTINGS if s != "smoke"], default="digits")
-    p.add_argument("--train-steps", type=int, default=None, help="training steps per run (default: the setting's)")
-    p.add_argument("--part", choices=["all", "tune", "train", "report"], default="all",
-                   help="stop after this part (each is resumable; 'all' runs them in order)")
-    args = p.parse_args(argv)
-    if args.train_steps is not None and args.train_steps < 1:
-        raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
-    setting = "smoke" if args.smoke else args.setting
-    if args.out == str(common.RUNS_DIR / NAME):
-        args.out = str(common.RUNS_DIR / NAME / setting)
-    clock, out = common.start(f"{NAME}_{setting}", args)
+    args, setting, clock, out = study_start(NAME, __doc__.split("\n")[0], SETTINGS, argv)
     s = SETTINGS[setting]
     cap, progress = s["cap"], not args.no_progress
     smoke = setting == "smoke"
@@ -77,15 +66,9 @@ def main(argv: Sequence[str] = None) -> Path:
     base = {**s["env"], "max_rounds": cap, "init": "federation", "federation_seed": 0}
 
     # 1. the target and the best heuristic, on the tuning seeds
-    calib, _, _ = common.evaluate(out.out / "calibration", {**base, "target_accuracy": 1.0}, ["random"], tune_seeds,
-                                  workers=args.workers, progress=progress, env_name=setting, plots=False)
-    omega = calibrate_target(calib, cap)
-    env = {**base, "target_accuracy": omega}
-    tune, _, _ = common.evaluate(out.out / "tune", env, ["random", *HEURISTICS], tune_seeds, workers=args.workers,
-                                 progress=progress, env_name=setting, plots=False)
-    tune_rounds = {pol: float(rounds(tune, pol, cap).mean()) for pol in ("random", *HEURISTICS)}
-    best = min(HEURISTICS, key=lambda h: tune_rounds[h])
-    print(f"Ω = {omega:.2f}; tuning seeds, mean rounds to Ω: {tune_rounds}; best heuristic: {best}")
+    _, _, env, tune_rounds, best = target_and_best(out, base, HEURISTICS, tune_seeds, cap, args.workers, progress,
+                                                   setting)
+    omega = env["target_accuracy"]
     doc: Dict[str, Any] = {"setting": setting, "env": env, "omega": omega, "tune_mean_rounds": tune_rounds,
                            "best_heuristic": best, "trained": {}}
     _progress(out, setting, doc)
