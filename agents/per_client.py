@@ -28,6 +28,56 @@ from .saved_models import load_model
 _FORMS = {"pc_ppo": ("stable_baselines3", "PPO"), "pc_dqn": ("agents.favor", "DoubleDQN")}
 
 
+def _zip_of(path: Union[str, Path]) -> Path:
+    p = Path(path)
+    return p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
+
+
+def saved_pca_components(path: Union[str, Path]) -> Optional[int]:
+    """The PCA width d a saved per-client model reads (from the input width of its token encoder φ).
+
+    ``None`` when it cannot be told: no such file, not a per-client model, a damaged file (loading it
+    later says which), or a custom encoder without φ.
+    """
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    from .per_client_net import token_size
+
+    zip_path = _zip_of(path)
+    if not zip_path.is_file():
+        return None
+    try:
+        _, params, _ = load_from_zip_file(zip_path, load_data=False, device="cpu")
+    except Exception:  # noqa: BLE001 - torch, zipfile, pickle: load_per_client reports it with the fix
+        return None
+    for key, tensor in (params or {}).get("policy", {}).items():
+        if key.endswith("features_extractor.phi.0.weight") and getattr(tensor, "ndim", 0) == 2:
+            return int(tensor.shape[1]) - token_size(0)
+    return None
+
+
+def check_pca_components(path: Union[str, Path], d: int, num_clients: Optional[int] = None) -> None:
+    """Refuse a per-client model saved at ``path`` for observations whose PCA width is ``d``.
+
+    The network's weights do not depend on N but do on d (each client's token holds its d PCA
+    coordinates), so a model runs only where ``pca_components`` is the d it was trained with.
+
+    :param path: the model (``.zip``; a file whose d cannot be told passes, its loading reports it).
+    :param d: the PCA width of the problem's observations (``SelectionSpec.pca_components``).
+    :param num_clients: N, to say when the model's d cannot be had (d <= N + 1).
+    :raises ValueError: naming the model's d and the config field that fixes it.
+    """
+    saved = saved_pca_components(path)
+    if saved is None or saved == int(d):
+        return
+    fix = (f"set the config field pca_components: {saved} (evaluate.py: --env-kwargs pca_components={saved}; "
+           f"FedSelectStrategy(config={{..., 'pca_components': {saved}}}))")
+    if num_clients is not None and saved > int(num_clients) + 1:
+        fix += f"; d <= N + 1, so it needs N >= {saved - 1} clients (this problem has {int(num_clients)})"
+    raise ValueError(f"per_client agent: model {str(_zip_of(path))!r} reads d = {saved} PCA components per "
+                     f"client, but this problem's observations have d = {int(d)}: {fix}")
+
+
 def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spaces.Dict, device: str = "cpu") -> Any:
     """Load a per-client model saved at ``path`` for the problem ``spec`` (any N, the same d).
 
@@ -36,8 +86,7 @@ def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spac
     """
     import importlib
 
-    p = Path(path)
-    zip_path = p if p.suffix == ".zip" else p.with_name(p.name + ".zip")
+    zip_path = _zip_of(path)
     if not zip_path.is_file():
         raise ValueError(f"per_client agent: model_path {str(path)!r} does not exist")
     from .saved_models import detect_algorithm
@@ -46,6 +95,7 @@ def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spac
     if form not in _FORMS:
         raise ValueError(f"per_client agent: {str(zip_path)!r} was not trained with a per-client policy "
                          f"(train_agent.py --algo pc_ppo or pc_dqn); FAVOR's flat models load with the 'favor' agent")
+    check_pca_components(zip_path, int(obs_space["weights"].shape[1]), spec.num_clients)
     module, name = _FORMS[form]
     cls = getattr(importlib.import_module(module), name)
     n = spec.num_clients
@@ -84,6 +134,15 @@ class PerClientAgent(SelectionAgent):
             self.members = [PerClientAgent(spec, model_path=p, device=device) for p in model_path]
         else:
             self.members = []
+            if model_path is not None:  # the wrong d fails here, not at the first selection
+                check_pca_components(model_path, spec.pca_components, spec.num_clients)
+            elif isinstance(getattr(model, "observation_space", None), spaces.Dict) and "weights" in \
+                    model.observation_space.spaces:
+                d = int(model.observation_space["weights"].shape[1])
+                if d != spec.pca_components:
+                    raise ValueError(f"per_client agent: the live model reads d = {d} PCA components per client, "
+                                     f"but this problem has d = {spec.pca_components}: set the config field "
+                                     f"pca_components: {d}")
         self.model_path = model_path
         self.device = device
         self.model = model

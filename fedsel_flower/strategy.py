@@ -11,7 +11,7 @@ change:
   strategy builds the Dict observation a fedsel agent was trained on with the env's own
   server view (:class:`fedsel_env.server_view.ServerView`, SPEC §2) from the clients' reports
   and its own contexts' estimates (:class:`ContextEstimate`), asks the
-  agent (``predict``: any hand-written agent of ``agents`` or a trained FAVOR model)
+  agent (``predict``: any hand-written agent of ``agents``, a trained FAVOR model or a per-client one)
   and decodes its action with the env's action mode (``fedsel_env.actions``): the
   chosen clients' SuperNodes — and only they — get the ``train`` message;
 - **how their results are combined** (``aggregate_train``): by a fedsel aggregation
@@ -112,8 +112,9 @@ class FedSelectStrategy(FedAvg):
         ``max_rounds``, ``pca_components``, ``aggregator``/``aggregator_params`` and local-training
         fields are used; ``federation_seed`` (0 when ``None``) fixes the clients' partitions.
     :param agent: a registered agent name (``agents.make(name, spec, seed=agent_seed, **agent_params)``,
-        e.g. ``"favor"`` with ``agent_params={"model_path": ...}``) or a callable ``spec -> agent``.
-        The agent needs only SB3's ``predict(obs)``.
+        e.g. ``"favor"`` or ``"per_client"`` with ``agent_params={"model_path": ...}``) or a callable
+        ``spec -> agent``. The agent needs only SB3's ``predict(obs)``. A ``per_client`` model whose PCA
+        width is not the config's ``pca_components`` is refused here (the error names the width to set).
     :param agent_params: keyword parameters of the named agent.
     :param agent_seed: the named agent's seed.
     :param train_seed: root of the clients' minibatch-order generators (the env's ``Federation.train_seed``).
@@ -162,6 +163,14 @@ class FedSelectStrategy(FedAvg):
         self.aggregator: Aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(n, self.k)
         self.pca_components = min(cfg["pca_components"] or min(100, n + 1), n + 1)
+        if agent == "per_client" and self.agent_params.get("model_path") is not None:
+            # a per-client model runs at any N but only at the d it was trained with: refuse it before the
+            # SuperNodes are waited for and the profiling round is played (FAVOR's model fails when it is built)
+            from agents.per_client import check_pca_components
+
+            paths = self.agent_params["model_path"]
+            for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+                check_pca_components(path, self.pca_components, n)
         self.layout: Optional[ParamLayout] = None
         self.global_params: Optional[torch.Tensor] = None
         self.node_of: Dict[int, int] = {}      # client index -> node id

@@ -177,3 +177,33 @@ def test_an_ensemble_sums_its_members_standardised_scores(models, tmp_path):
     with pytest.raises(ValueError, match="empty list"):
         agents.make("per_client", spec, model_path=[])
     env.close()
+
+
+def test_a_model_of_another_pca_width_is_refused_with_the_width_to_set(models, tmp_path):
+    """The network's weights depend on d (not on N): at another d the agent says which pca_components to set,
+    when it is built (not a 'damaged file' error at the first selection)."""
+    from agents.per_client import saved_pca_components
+
+    wide = env_of(8, "topk", pca_components=5)
+    spec = wide.selection_spec
+    assert spec.pca_components == 5
+    for i, model in enumerate(models):
+        path = tmp_path / f"m{i}.zip"
+        model.save(path)
+        assert saved_pca_components(path) == D
+        with pytest.raises(ValueError, match=f"reads d = {D} PCA components.*d = 5: set the config field "
+                                             f"pca_components: {D}"):
+            agents.make("per_client", spec, model_path=path)
+        with pytest.raises(ValueError, match=f"pca_components: {D}"):
+            agents.make("per_client", spec, model_path=[path])
+        with pytest.raises(ValueError, match=f"live model reads d = {D}.*pca_components: {D}"):
+            agents.make("per_client", spec, model=model)
+    # a d = 4 model cannot run with N = 2 clients (d <= N + 1): the message says so
+    d4 = env_of(6, "topk", pca_components=4)
+    PPO(PerClientActorCriticPolicy, d4, n_steps=8, batch_size=8, device="cpu").save(tmp_path / "d4.zip")
+    small = env_of(2, "topk", clients_per_round=1)
+    assert small.selection_spec.pca_components == 3
+    with pytest.raises(ValueError, match="pca_components: 4.*needs N >= 3 clients"):
+        agents.make("per_client", small.selection_spec, model_path=tmp_path / "d4.zip")
+    for e in (wide, d4, small):
+        e.close()
