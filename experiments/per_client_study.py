@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from experiments.favor_study import SETTINGS as FAVOR_SETTINGS  # noqa: E402
 from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, ci_text,  # noqa: E402
                                      final_accuracy, paired, participation, rounds, study_start, target_and_best)
 
@@ -47,6 +48,9 @@ UNSEEN_SEEDS = list(range(7000, 7030))  # federation_seed null: each seed its ow
 #: setting -> env config (without target), round cap, training steps, favor_study's folder of trained models
 SETTINGS: Dict[str, Dict[str, Any]] = {
     "digits": {"env": {"preset": "default"}, "cap": 60, "steps": 10000},
+    # favor_study's Fashion-MNIST σ = 0.8 setting (MLP, E = 1), the design frozen on digits: nothing tuned here
+    "fmnist_e1": {"env": {k: v for k, v in FAVOR_SETTINGS["fmnist_e1"]["env"].items() if k != "federation_seed"},
+                  "cap": FAVOR_SETTINGS["fmnist_e1"]["cap"], "steps": 10000},
     "smoke": {"env": {"preset": "tiny", "system": {"availability": 1.0}}, "cap": 6, "steps": 64},
 }
 ALGO = "pc_dqn"  # train_agent.py --algo (configs/pc_dqn.yml)
