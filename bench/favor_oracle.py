@@ -13,6 +13,10 @@ becomes the selected client's model); ``1/K`` is ``one_mode_step: 1/K`` (the glo
 of the way to it: the client's share of a K-client round). Uniform random selection runs on the same
 seeds for the paired comparison.
 
+The oracle is also an agent, :class:`OneStepOracle`, which ``evaluate.py`` and ``fedsel_eval`` run by its
+import path (``--policy oracle=bench.favor_oracle:OneStepOracle:step=1/K``; it must be bound to its env,
+as they bind every agent): ``experiments/per_client_analysis.py`` (issue #19) plays it that way.
+
 Usage:  python bench/favor_oracle.py [--step 1/K|1] [--episodes 10] [--first-seed 1000]
 Results are printed and written to runs/bench/favor_oracle_<preset>_<step>.json.
 """
@@ -24,23 +28,41 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents.base import SelectionAgent  # noqa: E402
 
 
-def oracle_scores(env: Any, step: float) -> np.ndarray:
-    """The accuracy after one ``one``-mode step with each available client (−inf for the others)."""
+def shared_data(env: Any) -> Dict[int, Any]:
+    """A ``copy.deepcopy`` memo under which the env's probes share its federation's data tensors.
+
+    A round reads the clients' train and test data and never writes them; copying them was half of a
+    probe's time on Fashion-MNIST (60,000 images) and nothing on the digits.
+    """
+    data = getattr(getattr(env, "federation", None), "data", None)
+    tensors = [getattr(data, name, None) for name in ("x_train", "y_train", "x_test", "y_test")]
+    return {id(t): t for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def oracle_scores(env: Any, step: float, share_data: bool = True) -> np.ndarray:
+    """The accuracy after one ``one``-mode step with each available client (−inf for the others).
+
+    :param share_data: the probes share the env's data tensors (:func:`shared_data`) instead of copying them.
+    """
     from fedsel_env.actions import ACTION_MODES
 
     n = env.num_clients
     scores = np.full(n, -np.inf)
+    memo = shared_data(env) if share_data else {}
     for client in np.flatnonzero(env.action_masks()):
-        probe = copy.deepcopy(env)
+        probe = copy.deepcopy(env, dict(memo))
         probe.federation.server_step = step
         probe.action_mode = ACTION_MODES.lookup("one")(n, env.k)
         *_, info = probe.step(int(client))
@@ -48,28 +70,76 @@ def oracle_scores(env: Any, step: float) -> np.ndarray:
     return scores
 
 
+def one_mode_step(step: Union[str, float], k: int) -> float:
+    """The ``one``-mode step looked ahead with: ``"1/K"`` is 1/k, else a number in (0, 1].
+
+    :raises ValueError: for anything else, naming the value.
+    """
+    if step == "1/K":
+        return 1.0 / k
+    try:
+        value = float(step)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value <= 1:  # NaN fails too
+        raise ValueError(f'one-step oracle: step {step!r} is invalid: expected "1/K" or a number in (0, 1]')
+    return value
+
+
+class OneStepOracle(SelectionAgent):
+    """The K available clients whose one ``one``-mode step alone reaches the highest accuracy
+    (:func:`oracle_scores`): top-K deployment of a perfectly learned one-step Q-function.
+
+    It reads the env's state, which no real selector sees: bind it first (``agent.bind(env.unwrapped)``;
+    ``evaluate.py`` and ``fedsel_eval`` bind every agent).
+
+    :param spec: the problem's public description.
+    :param seed: unused (deterministic); kept for the common signature.
+    :param step: the ``one``-mode step looked ahead with: ``"1/K"`` or a number in (0, 1].
+    """
+
+    name = "one_step_oracle"
+    supported_modes = ("topk", "subset")
+
+    def __init__(self, spec: Any, seed: Optional[int] = None, step: Union[str, float] = "1/K") -> None:
+        super().__init__(spec, seed)
+        self.step = one_mode_step(step, spec.clients_per_round)
+        self.env: Any = None
+        #: the scores of the last selection (accuracy after the one-client step; -inf: unavailable)
+        self.last_scores = np.empty(0)
+
+    def bind(self, env: Any) -> None:
+        """The env whose state the oracle copies and plays ahead."""
+        self.env = env
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        """The K best-scored available clients, best first (ties: lower index first)."""
+        if self.env is None:
+            raise ValueError("the one-step oracle plays each client ahead on a copy of the env: bind it first "
+                             "(agent.bind(env.unwrapped); evaluate.py and fedsel_eval do)")
+        self.last_scores = oracle_scores(self.env, self.step)
+        avail = self.available(obs)
+        return avail[np.argsort(-self.last_scores[avail], kind="stable")[: self.k]]
+
+
 def run(step_text: str, episodes: int, first_seed: int, config: Dict[str, Any]) -> Dict[str, Any]:
     import agents
     from fedsel_env.env import FedSelectEnv
 
     env = FedSelectEnv(config=config)
-    step = 1.0 / env.k if step_text == "1/K" else float(step_text)
     budget = env.config["max_rounds"]
-    rand = agents.make("random", env.selection_spec)
     rounds: Dict[str, List[int]] = {"oracle": [], "random": []}
     t0 = time.perf_counter()
     for i in range(episodes):
         seed = first_seed + i
         for name in ("oracle", "random"):
-            rand.seed(seed)
+            policy = OneStepOracle(env.selection_spec, step=step_text) if name == "oracle" else \
+                agents.make("random", env.selection_spec, seed=seed)
             obs, _ = env.reset(seed=seed)
+            policy.bind(env)
             done, n = False, 0
             while not done:
-                if name == "oracle":
-                    s = oracle_scores(env, step)
-                    action = np.where(np.isfinite(s), s, -1e9).astype(np.float32)
-                else:
-                    action, _ = rand.predict(obs)
+                action, _ = policy.predict(obs)
                 obs, _, terminated, truncated, _ = env.step(action)
                 done, n = terminated or truncated, n + 1
             rounds[name].append(n if terminated else budget)
@@ -93,13 +163,10 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     p.add_argument("--first-seed", type=int, default=1000)
     p.add_argument("--preset", default="default")
     args = p.parse_args(argv)
-    if args.step != "1/K":
-        try:
-            ok = 0 < float(args.step) <= 1
-        except ValueError:
-            ok = False
-        if not ok:
-            p.error(f'--step {args.step!r}: expected "1/K" or a number in (0, 1]')
+    try:
+        one_mode_step(args.step, 1)
+    except ValueError:
+        p.error(f'--step {args.step!r}: expected "1/K" or a number in (0, 1]')
     if args.episodes < 1:
         p.error("--episodes must be >= 1")
     torch.set_num_threads(1)
