@@ -24,10 +24,11 @@ its tuning seeds (1000–1009, seen by the study's steps 1–2 only):
    the within-round standardised scores on the standardised features; and the share of the K picks
    that are among the K clients with the highest current loss (what ``pow_d`` aims at), the highest
    reported loss, the most rounds since selected, and the K oracle-best — against random's K/N.
-   ``pow_d`` and random are traced on the same seeds for reference.
+   ``pow_d``, ``rpow_d`` (pow_d's rule on the reported losses: what the selector knows, no queries) and
+   random are traced on the same seeds for reference.
 2. **The one-step bound.** ``bench.favor_oracle.OneStepOracle`` (top-K of the one-step values: a
    perfectly learned myopic Q-function deployed as the selector is) plays the same seeds through
-   ``fedsel_eval`` beside random, ``pow_d`` and the selector (each model, and their ensemble); rounds
+   ``fedsel_eval`` beside random, ``pow_d``, ``rpow_d`` and the selector (each model, and their ensemble); rounds
    to Ω (a miss counts as the cap) paired by seed, with 95% t intervals. Each oracle round plays every
    available client ahead on a copy of the env (the digits default: about 0.1 s a client here; Fashion-MNIST's
    MLP with N = 100: about 0.5 s), so ``--oracle-seeds N`` limits the oracle to the first N seeds.
@@ -65,6 +66,9 @@ OVERLAPS = {"current_loss": "the K highest losses on the current global model (w
             "rounds_since_selected": "the K clients least recently selected",
             "oracle": "the K best one-step oracle values"}
 TRACE_VERSION = 1
+#: the hand-written policies played beside the selector: random, pow_d (the study's best heuristic, which
+#: queries 2K candidates' current losses) and rpow_d (the same rule on the reported losses: the selector's information)
+REFERENCES = ("random", "pow_d", "rpow_d")
 
 
 # ============================================================================ statistics (tested by hand)
@@ -365,8 +369,8 @@ def main(argv: Sequence[str] = None) -> Path:
     d = _pca_width(models)
     env_pc = {**env, "pca_components": d}
 
-    # 2. rounds to Ω through fedsel_eval: random, pow_d, the one-step oracle, the selector (each model, the ensemble)
-    base, _, _ = common.evaluate(out.out / "episodes", env, ["random", "pow_d"], seeds, workers=args.workers,
+    # 2. rounds to Ω through fedsel_eval: the references, the one-step oracle, the selector (each model, the ensemble)
+    base, _, _ = common.evaluate(out.out / "episodes", env, list(REFERENCES), seeds, workers=args.workers,
                                  progress=progress, env_name=setting, plots=False)
     oracle, _, _ = common.evaluate(out.out / "episodes_oracle", env, [ORACLE], oracle_seeds, workers=args.workers,
                                    progress=progress, env_name=setting, plots=False)
@@ -379,7 +383,7 @@ def main(argv: Sequence[str] = None) -> Path:
     selectors = [f"per_client_s{i}" for i in range(len(models))]
     bound = _bound(records, cap, selectors)
 
-    # 1. what the scores depend on: traces of the deployed selectors (and pow_d, random for reference)
+    # 1. what the scores depend on: traces of the deployed selectors (and the references)
     traces = _traces(out.out / "traces", env_pc, _trace_policies(models), seeds, "1/K",
                      {lab: [] if args.no_oracle_values else oracle_seeds for lab in selectors}, progress)
     names = analysed_features(feature_names(d))
@@ -480,7 +484,7 @@ def _trace_policies(models: Sequence[Path]) -> Dict[str, Any]:
     for i, m in enumerate(models):
         pols[f"per_client_s{i}"] = (lambda spec, seed, m=m: agents.make("per_client", spec, model_path=str(m)),
                                     lambda agent, obs: agent.scores(obs), {"model": str(m), "sha256": _sha256(m)})
-    for name in ("pow_d", "random"):
+    for name in REFERENCES:
         pols[name] = (lambda spec, seed, name=name: agents.make(name, spec, seed=agent_seed(seed)), None,
                       {"agent": name})
     return pols
@@ -495,9 +499,9 @@ def _rounds_by_seed(records: Sequence[Mapping[str, Any]], policy: str, cap: int)
 def _bound(records: Sequence[Mapping[str, Any]], cap: int, selectors: Sequence[str]) -> Dict[str, Any]:
     """Part 2: mean rounds to Ω per policy and the paired differences over the seeds both played (95% t
     intervals; the oracle may have played only the first ``--oracle-seeds`` of them)."""
-    per = {pol: _rounds_by_seed(records, pol, cap) for pol in ("random", "pow_d", "oracle", *selectors)}
+    per = {pol: _rounds_by_seed(records, pol, cap) for pol in (*REFERENCES, "oracle", *selectors)}
     per["per_client"] = {s: float(np.mean([per[m][s] for m in selectors])) for s in per[selectors[0]]}
-    names = ["random", "pow_d", "per_client", "oracle"]
+    names = [*REFERENCES, "per_client", "oracle"]
     if any(r["policy"] == "per_client_ens" for r in records):
         per["per_client_ens"] = _rounds_by_seed(records, "per_client_ens", cap)
         names.insert(3, "per_client_ens")
@@ -507,7 +511,8 @@ def _bound(records: Sequence[Mapping[str, Any]], cap: int, selectors: Sequence[s
                                       if n != "per_client"},
                            "rounds": {n: {str(s): v for s, v in sorted(per[n].items())} for n in shown},
                            "oracle_seeds": sorted(per["oracle"]), "paired": {}}
-    for a, b in (("pow_d", "random"), ("per_client", "random"), ("per_client", "pow_d"), ("oracle", "random"),
+    for a, b in (("pow_d", "random"), ("rpow_d", "random"), ("rpow_d", "pow_d"), ("per_client", "random"),
+                 ("per_client", "pow_d"), ("per_client", "rpow_d"), ("oracle", "random"),
                  ("oracle", "pow_d"), ("oracle", "per_client"), ("per_client_ens", "random"),
                  ("per_client_ens", "pow_d"), ("oracle", "per_client_ens")):
         if a in per and b in per:
@@ -518,7 +523,8 @@ def _bound(records: Sequence[Mapping[str, Any]], cap: int, selectors: Sequence[s
 
 
 # ============================================================================================= outputs
-_LABELS = {"random": "random", "pow_d": "pow_d", "per_client": "per-client (mean of models)",
+_LABELS = {"random": "random", "pow_d": "pow_d (queries 2K current losses)",
+           "rpow_d": "rpow_d (pow_d on the reported losses)", "per_client": "per-client (mean of models)",
            "per_client_ens": "per-client ensemble", "oracle": "one-step oracle"}
 
 
@@ -547,11 +553,11 @@ def _figure(out: Any, res: Mapping[str, Any], names: Sequence[str], setting: str
     ax.set(title="within-round Spearman with each feature\n(mean over rounds; 95% t CI over episodes)",
            xlabel="rank correlation over the available clients")
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize="x-small", loc="lower right")
+    ax.legend(fontsize="x-small", loc="upper right")
     ax = axes[0, 1]
     refs = [r for r in OVERLAPS if part["overlap"]["per_client"][r]["mean"] is not None
             and math.isfinite(part["overlap"]["per_client"][r]["mean"])]
-    pols = [p for p in ("per_client", "pow_d", "random") if p in part["overlap"]]
+    pols = [p for p in ("per_client", "pow_d", "rpow_d", "random") if p in part["overlap"]]
     width = 0.8 / len(pols)
     for j, pol in enumerate(pols):
         for i, r in enumerate(refs):
@@ -560,21 +566,23 @@ def _figure(out: Any, res: Mapping[str, Any], names: Sequence[str], setting: str
                 continue
             ax.bar(i + (j - (len(pols) - 1) / 2) * width, v["mean"], width,
                    yerr=[[v["mean"] - v["lo"]], [v["hi"] - v["mean"]]] if v["n"] > 1 else None, capsize=2,
-                   color={"per_client": "tab:red", "pow_d": "tab:green", "random": "tab:gray"}[pol],
+                   color={"per_client": "tab:red", "pow_d": "tab:green", "rpow_d": "tab:olive",
+                          "random": "tab:gray"}[pol],
                    label=_LABELS.get(pol, pol) if i == 0 else None)
     ax.axhline(part["overlap"]["per_client"]["random_expected"]["mean"], color="black", linestyle="--", linewidth=1,
                label="uniform picks: K/N")
-    ax.set_xticks(range(len(refs)), [r.replace("_", " ") for r in refs], fontsize="small")
+    ax.set_xticks(range(len(refs)), [{"rounds_since_selected": "rounds since\nselected", "oracle": "one-step\n"
+                                      "oracle value"}.get(r, r.replace("_", " ")) for r in refs], fontsize="small")
     ax.set(title="share of the K picks among the K clients\nranked highest by …", ylabel="share of the picks",
            ylim=(0, 1))
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize="x-small")
     ax = axes[0, 2]
-    pols = [p for p in ("pow_d", "per_client", "per_client_ens", "oracle") if f"{p}-random" in bound["paired"]]
+    pols = [p for p in ("pow_d", "rpow_d", "per_client", "per_client_ens", "oracle") if f"{p}-random" in bound["paired"]]
     for i, pol in enumerate(pols):
         d = bound["paired"][f"{pol}-random"]
         ax.errorbar(d["mean"], i, xerr=[[d["mean"] - d["lo"]], [d["hi"] - d["mean"]]], fmt="o", capsize=3,
-                    color={"oracle": "tab:blue", "pow_d": "tab:green"}.get(pol, "tab:red"))
+                    color={"oracle": "tab:blue", "pow_d": "tab:green", "rpow_d": "tab:olive"}.get(pol, "tab:red"))
         ax.annotate(f"{bound['mean_rounds'][pol]:.1f} rounds", (d["mean"], i), textcoords="offset points",
                     xytext=(0, 7), ha="center", fontsize="x-small")
     ax.axvline(0, color="black", linewidth=1)
@@ -629,7 +637,7 @@ def _table(out: Any, res: Mapping[str, Any], names: Sequence[str], argv: Sequenc
     rows = [[_LABELS.get(p, p), f"{bound['mean_rounds'][p]:.1f}",
              "—" if p == "random" else ci_text(bound["paired"][f"{p}-random"]),
              "—" if p == "pow_d" or f"{p}-pow_d" not in bound["paired"] else ci_text(bound["paired"][f"{p}-pow_d"])]
-            for p in ("random", "pow_d", "per_client", "per_client_ens", "oracle") if p in bound["mean_rounds"]]
+            for p in ("random", *REFERENCES[1:], "per_client", "per_client_ens", "oracle") if p in bound["mean_rounds"]]
     lines += ["Rounds to Ω on the same seeds (fedsel_eval; a miss counts as the cap; paired by seed, 95% t CI):\n",
               common.md_table(["policy", "rounds to Ω", "Δ vs random", "Δ vs pow_d"], rows, align="lrrr")]
     if len(res["oracle_seeds"]) < len(res["seeds"]):

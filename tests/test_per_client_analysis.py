@@ -120,15 +120,15 @@ def test_smoke_run_writes_its_outputs_and_replays_the_evaluated_episodes(tmp_pat
     names = pca.analysed_features(pca.feature_names(res["pca_components"]))
     assert set(res["scores"]["features"]) == {*names, "current_loss", "oracle_value"}
     assert set(res["scores"]["oracle_features"]) == {*names, "current_loss"}
-    assert set(res["scores"]["overlap"]) == {"per_client", "pow_d", "random"}
+    assert set(res["scores"]["overlap"]) == {"per_client", "pow_d", "rpow_d", "random"}
     assert set(res["scores"]["r2"]) == {"score", "oracle"}
     for r in res["scores"]["r2"].values():
         assert all(v["mean"] is None or -1e-9 <= v["mean"] <= 1 + 1e-9 for v in r.values())
     # num_samples is equal for every client of the tiny preset: no rank order, reported as constant
     assert "num_samples" in res["scores"]["constant_features"]
-    assert {"oracle-random", "oracle-pow_d", "per_client-pow_d"} <= set(res["bound"]["paired"])
+    assert {"oracle-random", "oracle-pow_d", "per_client-pow_d", "rpow_d-pow_d"} <= set(res["bound"]["paired"])
     assert all(res["traces_replay_evaluation"].values())  # the traces are the deployed, evaluated episodes
-    assert len(list((out / "traces").glob("*.npz"))) == 3 * 2  # (model, pow_d, random) x 2 seeds
+    assert len(list((out / "traces").glob("*.npz"))) == 4 * 2  # (model, pow_d, rpow_d, random) x 2 seeds
     table = (out / "table.md").read_text()
     assert "Produced at commit" in table and "--smoke" in table and "img/repro_per_client_analysis_smoke.png" in table
     assert (out / "per_client_analysis_smoke.png").stat().st_size > 1000
