@@ -17,6 +17,19 @@ run of :mod:`experiments.chunked`: it checkpoints every ``--checkpoint-every`` r
 pauses or finishes, ``experiments/results/qffl_synthetic_progress.json`` (committed) records its rounds,
 time, the commit of each chunk and, once finished, its per-device accuracies; the table is made from
 every finished run of the settings there, whichever invocation ran it.
+
+Local training (issue #20): q-FedAvg's local SGD of the logistic regression (up to ~445 minibatch steps a
+round for the largest device) runs in the trainer's closed-form path for single-``nn.Linear`` models
+(``fedsel_env/sim/linear_sgd.py``), added after the q-FedSGD runs had finished and before any q-FedAvg run
+started. The trainer takes it by itself on the CPU because it gives the vmapped autograd path's weights
+bit for bit (``tests/test_linear_sgd.py``): no config field, so every run's checkpoint key
+(``chunked.RunSpec.key``) and the progress file's setting are unchanged, a checkpointed run resumes as
+before, and the finished q-FedSGD runs stand as they are (their rounds use ``full_gradients``, which is
+untouched; their reset's profiling round gives the same models either way). What it changes is time:
+q-FedAvg's "s / round" column measures the closed-form path: 0.042 s a round against 0.83 s with the
+vmapped path, 20× (200 interleaved rounds of this PAPER config under load average 11 on 2 cores,
+``bench/linear_fast_path.py``; docs/PERFORMANCE.md), at that load a 20,000-round run takes ~14 minutes
+instead of ~4.6 hours.
 """
 from __future__ import annotations
 

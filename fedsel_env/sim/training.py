@@ -12,6 +12,11 @@ Every client's minibatch order comes from its own generator, seeded by
 (episode seed, round, client id), so a client's local training does not depend on
 which other clients were selected — the common random numbers that make two
 policies comparable.
+
+A model that is a single ``nn.Linear`` (``logreg``) trains on the CPU by
+:func:`~fedsel_env.sim.linear_sgd.train_linear` instead: the same SGD with the gradient written out,
+bit for bit the vmapped path's result, and a Synthetic(1, 1) q-FedAvg round 20× faster
+(``fedsel_env/sim/linear_sgd.py``, ``bench/linear_fast_path.py``).
 """
 from __future__ import annotations
 
@@ -22,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
+
+from .linear_sgd import linear_layer, train_linear
 
 
 class ParamLayout:
@@ -64,6 +71,9 @@ class BatchedTrainer:
     :param chunk_clients: the most clients trained in one vmapped call (bounds memory at large N; on a GPU
         the federation picks it from the free memory, ``fedsel_env/sim/device.py``).
     :param gradient_chunk: the most clients in one vmapped full-gradient step; ``None``: all at once.
+    :param analytic_linear: train a single-``nn.Linear`` model on the CPU with its gradient written out
+        (:mod:`fedsel_env.sim.linear_sgd`: the same result bit for bit, ~20× faster a round); False keeps ``vmap``
+        for every model (to compare the two). Other models and devices always use ``vmap``.
 
     Everything runs on the device of ``x_train`` (the data, the stacked parameters, the masks); the
     minibatch plans are drawn on the host with numpy, so they are the same on every device.
@@ -71,7 +81,8 @@ class BatchedTrainer:
 
     def __init__(self, model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
                  train_offsets: np.ndarray, batch_size: int, lr: float, local_epochs: int = 1,
-                 momentum: float = 0.0, chunk_clients: int = 128, gradient_chunk: Optional[int] = None) -> None:
+                 momentum: float = 0.0, chunk_clients: int = 128, gradient_chunk: Optional[int] = None,
+                 analytic_linear: bool = True) -> None:
         self.model = model
         self.layout = ParamLayout(model)
         self.x, self.y = x_train, y_train
@@ -80,6 +91,8 @@ class BatchedTrainer:
         self.batch_size, self.lr, self.epochs, self.momentum = batch_size, lr, local_epochs, momentum
         self.chunk, self.gradient_chunk = chunk_clients, gradient_chunk
         self.device = x_train.device
+        # (weight, bias) names when local SGD can run in closed form (verified bit for bit on the CPU only)
+        self.linear = linear_layer(model, x_train) if analytic_linear and self.device.type == "cpu" else None
 
         model_ref = model
 
@@ -149,6 +162,11 @@ class BatchedTrainer:
                      prox_mu: float, epochs: Optional[int]) -> torch.Tensor:
         k = len(ids)
         idx, mask = self.batch_plan(ids, gens, epochs)
+        if self.linear is not None:
+            flat = global_flat.unsqueeze(0).repeat(k, 1)
+            train_linear(self.layout.unflatten(flat), *self.linear, self.x, self.y, idx.to(self.device),
+                         mask.to(self.device), self.layout.unflatten(global_flat), self.lr, self.momentum, prox_mu)
+            return flat
         active_steps = mask.sum(dim=2) > 0  # (S, K): which clients still have samples in each step
         all_active = active_steps.all(dim=1).tolist()  # on the host: no device sync inside the loop
         idx, mask, active_steps = idx.to(self.device), mask.to(self.device), active_steps.to(self.device)
