@@ -243,8 +243,9 @@ def episode_stats(tr: Mapping[str, np.ndarray], names: Sequence[str], k: int) ->
              "oracle_value": np.asarray(tr["oracle"], dtype=np.float64)}
     sp: Dict[str, List[float]] = {n: [] for n in (*names, *extra)}
     osp: Dict[str, List[float]] = {n: [] for n in (*names, "current_loss")}
+    lsp: Dict[str, List[float]] = {n: [] for n in names}
     ov: Dict[str, List[float]] = {n: [] for n in OVERLAPS}
-    rand, zs, zo, zx = [], [], [], []
+    rand, zs, zo, zl, zx = [], [], [], [], []
     for idx in rows:
         if idx.size == 0:
             continue
@@ -253,6 +254,7 @@ def episode_stats(tr: Mapping[str, np.ndarray], names: Sequence[str], k: int) ->
         for n, i in feats.items():
             sp[n].append(spearman(score, tokens[idx, i]) if np.isfinite(score).all() else math.nan)
             osp[n].append(spearman(oracle, tokens[idx, i]) if np.isfinite(oracle).all() else math.nan)
+            lsp[n].append(spearman(extra["current_loss"][idx], tokens[idx, i]))
         for n, v in extra.items():
             sp[n].append(spearman(score, v[idx]) if np.isfinite(score).all() and np.isfinite(v[idx]).all() else math.nan)
         osp["current_loss"].append(spearman(oracle, extra["current_loss"][idx]) if np.isfinite(oracle).all()
@@ -266,12 +268,15 @@ def episode_stats(tr: Mapping[str, np.ndarray], names: Sequence[str], k: int) ->
             zx.append(standardise(tokens[idx][:, [feats[n] for n in names]]))
             zs.append(standardise(score) if np.isfinite(score).all() else np.full(idx.size, np.nan))
             zo.append(standardise(oracle) if np.isfinite(oracle).all() else np.full(idx.size, np.nan))
+            zl.append(standardise(extra["current_loss"][idx]))
 
     def mean(v: List[float]) -> float:
         v = [x for x in v if math.isfinite(x)]
         return float(np.mean(v)) if v else math.nan
 
     return {"spearman": {n: mean(v) for n, v in sp.items()}, "oracle_spearman": {n: mean(v) for n, v in osp.items()},
+            "loss_spearman": {n: mean(v) for n, v in lsp.items()},
+            "z_current_loss": np.concatenate(zl) if zl else np.zeros(0),
             "overlap": {n: mean(v) for n, v in ov.items()}, "random_overlap": mean(rand),
             "z_score": np.concatenate(zs) if zs else np.zeros(0), "z_oracle": np.concatenate(zo) if zo else np.zeros(0),
             "z_features": np.concatenate(zx) if zx else np.zeros((0, len(names))),
@@ -308,15 +313,17 @@ def summarise(traces: Mapping[str, Mapping[int, Any]], names: Sequence[str], k: 
         return iv
 
     first = stats[selectors[0]][seeds[0]]
-    res: Dict[str, Any] = {"features": {}, "oracle_features": {}, "r2": {}, "overlap": {}}
+    res: Dict[str, Any] = {"features": {}, "oracle_features": {}, "loss_features": {}, "r2": {}, "overlap": {}}
     for n in first["spearman"]:
         res["features"][n] = over(selectors, lambda e, n=n: e["spearman"][n])
+    for n in first["loss_spearman"]:  # how much of the current loss's order the token carries (in the selectors' states)
+        res["loss_features"][n] = over(selectors, lambda e, n=n: e["loss_spearman"][n])
     has_oracle = any(np.isfinite(stats[lab][s]["z_oracle"]).any() for lab in selectors for s in seeds)
     if has_oracle:
         for n in first["oracle_spearman"]:
             res["oracle_features"][n] = over(selectors, lambda e, n=n: e["oracle_spearman"][n])
     index = {n: i for i, n in enumerate(names)}
-    for target in ("score", "oracle") if has_oracle else ("score",):
+    for target in ("score", "current_loss", "oracle") if has_oracle else ("score", "current_loss"):
         res["r2"][target] = {}
         for group, cols in _groups(names).items():
             per_model = {}
@@ -537,8 +544,10 @@ def _figure(out: Any, res: Mapping[str, Any], names: Sequence[str], setting: str
     labelled = set()
     for i, n in enumerate(rows):
         for shift, v, fmt, color, what in ((0.0, part["features"][n], "o", "tab:red", "selector's score"),
-                                           (0.3, part["oracle_features"].get(n), "s", "tab:blue",
-                                            "one-step oracle value")):
+                                           (0.27, part["oracle_features"].get(n), "s", "tab:blue",
+                                            "one-step oracle value"),
+                                           (-0.27, part["loss_features"].get(n), "^", "tab:green",
+                                            "current loss (pow_d's ranking)")):
             if not v or v["mean"] is None or not math.isfinite(v["mean"]):
                 continue
             err = [[v["mean"] - v["lo"]], [v["hi"] - v["mean"]]] if v["lo"] is not None and math.isfinite(v["lo"]) \
@@ -614,11 +623,13 @@ def _table(out: Any, res: Mapping[str, Any], names: Sequence[str], argv: Sequenc
              "What the scores depend on (within-round Spearman correlation over the available clients, the mean "
              "over rounds; 95% t CI over episodes, each averaged over the models; the `z_` columns of the token "
              "rank as their plain columns and are left out):\n"]
-    rows = [[f"`{n}`", _iv_text(v), _iv_text(part["oracle_features"][n]) if n in part["oracle_features"] else "—"]
+    rows = [[f"`{n}`", _iv_text(v), _iv_text(part["oracle_features"][n]) if n in part["oracle_features"] else "—",
+             _iv_text(part["loss_features"][n]) if n in part["loss_features"] else "—"]
             for n, v in part["features"].items()]
-    lines += [common.md_table(["feature", "with the selector's score", "with the one-step oracle value"], rows,
-                              align="lrr")]
-    for target, what in (("score", "the selector's score"), ("oracle", "the one-step oracle value")):
+    lines += [common.md_table(["feature", "with the selector's score", "with the one-step oracle value",
+                               "with the current loss"], rows, align="lrrr")]
+    for target, what in (("score", "the selector's score"), ("current_loss", "the current loss (what pow_d queries)"),
+                         ("oracle", "the one-step oracle value")):
         if target in part["r2"]:
             r = part["r2"][target]
             lines.append(f"- R² of {what} (within-round z-scores, least squares on the within-round z-scored "

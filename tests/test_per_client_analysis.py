@@ -71,6 +71,7 @@ def test_episode_stats_on_a_hand_made_trace():
     e = pca.episode_stats(tr, names, k=2)
     assert e["spearman"]["current_loss"] == pytest.approx(1.0)
     assert e["spearman"]["loss"] == pytest.approx(-1.0)
+    assert e["loss_spearman"]["loss"] == pytest.approx(-1.0)  # the current loss against the token's columns
     assert math.isnan(e["spearman"]["pca_distance"])
     assert math.isnan(e["spearman"]["oracle_value"])  # not recorded
     assert e["overlap"]["current_loss"] == 1.0 and e["overlap"]["reported_loss"] == 0.0
@@ -121,7 +122,8 @@ def test_smoke_run_writes_its_outputs_and_replays_the_evaluated_episodes(tmp_pat
     assert set(res["scores"]["features"]) == {*names, "current_loss", "oracle_value"}
     assert set(res["scores"]["oracle_features"]) == {*names, "current_loss"}
     assert set(res["scores"]["overlap"]) == {"per_client", "pow_d", "rpow_d", "random"}
-    assert set(res["scores"]["r2"]) == {"score", "oracle"}
+    assert set(res["scores"]["loss_features"]) == set(names)
+    assert set(res["scores"]["r2"]) == {"score", "current_loss", "oracle"}
     for r in res["scores"]["r2"].values():
         assert all(v["mean"] is None or -1e-9 <= v["mean"] <= 1 + 1e-9 for v in r.values())
     # num_samples is equal for every client of the tiny preset: no rank order, reported as constant
