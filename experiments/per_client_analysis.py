@@ -562,7 +562,7 @@ def _figure(out: Any, res: Mapping[str, Any], names: Sequence[str], setting: str
     ax.set(title="within-round Spearman with each feature\n(mean over rounds; 95% t CI over episodes)",
            xlabel="rank correlation over the available clients")
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize="x-small", loc="center left")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     ax = axes[0, 1]
     refs = [r for r in OVERLAPS if part["overlap"]["per_client"][r]["mean"] is not None
             and math.isfinite(part["overlap"]["per_client"][r]["mean"])]
