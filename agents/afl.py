@@ -23,7 +23,15 @@ Each round (the paper's Algorithm 1):
 4. α3·K clients are drawn uniformly from the clients not yet drawn.
 
 α3·K is rounded to the nearest integer (halves up). Defaults α1 = 0.75,
-α2 = 0.01, α3 = 0.1 are the paper's. In the env a drawn client must be
+α2 = 0.01, α3 = 0.1 are the paper's.
+
+α2 relative to the valuations' spread (``alpha2_relative = c``, not in the paper): the paper's α2 = 0.01
+is tied to its valuations' scale (hundreds of samples per user, an LSTM's losses); on a federation whose
+valuations differ by a few units the softmax is flat and AFL draws its candidates uniformly. With ``c``
+given, α2 is set once per episode, at ``reset``, to c / std(v⁰) — v⁰ the N valuations of the profiling
+round (population std) — and then stays fixed as the paper's does: two clients one reset-std apart get
+weights in the ratio e^c. If every reset valuation is equal (no spread to scale by; a std below 1e-9 of
+the largest |v| counts as none), α2 = 0. In the env a drawn client must be
 available: both draws are restricted to the available clients, and if fewer
 available clients have p > 0 than step 3 needs, the rest of step 3 is drawn
 uniformly too. The first observation after ``reset`` carries every client's loss
@@ -58,25 +66,42 @@ class AFLAgent(SelectionAgent):
     :param spec: the problem's public description.
     :param seed: seed of the sampling generator.
     :param alpha1: the fraction of clients (lowest valuations) given probability 0, in [0, 1).
-    :param alpha2: the softmax temperature on valuations.
+    :param alpha2: the softmax temperature on valuations (default 0.01, the paper's).
     :param alpha3: the fraction of the K picks drawn uniformly, in [0, 1].
+    :param alpha2_relative: c >= 0 instead of ``alpha2``: α2 = c / std(v⁰), set at each ``reset`` from the
+        profiling round's valuations (a client one reset-std above another gets e^c times its weight).
+    :raises ValueError: for a parameter out of range, or both ``alpha2`` and ``alpha2_relative`` given.
     """
 
     name = "afl"
     supported_modes = ("one", "topk", "subset")
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, alpha1: float = 0.75,
-                 alpha2: float = 0.01, alpha3: float = 0.1) -> None:
+                 alpha2: Optional[float] = None, alpha3: float = 0.1,
+                 alpha2_relative: Optional[float] = None) -> None:
         super().__init__(spec, seed)
+        if alpha2 is not None and alpha2_relative is not None:
+            raise ValueError(f"parameters 'alpha2' = {alpha2!r} and 'alpha2_relative' = {alpha2_relative!r} are both "
+                             f"given: give one (alpha2 fixes the temperature; alpha2_relative sets it at reset to "
+                             f"alpha2_relative / std of the reset valuations)")
         self.alpha1 = _param("alpha1", alpha1, 0.0, 1.0, hi_open=True)
-        self.alpha2 = _param("alpha2", alpha2, 0.0, None)
+        self.alpha2 = _param("alpha2", 0.01 if alpha2 is None else alpha2, 0.0, None)
         self.alpha3 = _param("alpha3", alpha3, 0.0, 1.0)
+        self.alpha2_relative = None if alpha2_relative is None else _param("alpha2_relative", alpha2_relative, 0.0, None)
+        #: std(v⁰) of the last reset (None before one)
+        self.reset_spread: Optional[float] = None
         self._sqrt_n = np.sqrt(spec.num_samples.astype(np.float64))
         self.valuations: Optional[np.ndarray] = None
 
     def reset(self, obs: Dict[str, np.ndarray]) -> None:
-        """Every client reported its loss in the profiling round: v_k = √n_k · F_k for all k."""
+        """Every client reported its loss in the profiling round: v_k = √n_k · F_k for all k; with
+        ``alpha2_relative``, α2 = alpha2_relative / std(v) (0 when every valuation is equal)."""
         self.valuations = self._sqrt_n * self.spec.feature(obs, "loss").astype(np.float64)
+        self.reset_spread = float(np.std(self.valuations))
+        if self.alpha2_relative is not None:
+            # a spread at rounding level (equal valuations whose mean is inexact) counts as none
+            spread = self.reset_spread > 1e-9 * float(np.max(np.abs(self.valuations), initial=0.0))
+            self.alpha2 = self.alpha2_relative / self.reset_spread if spread else 0.0
 
     def refresh_valuations(self, obs: Dict[str, np.ndarray]) -> None:
         """v_k ← √n_k · F_k for the clients that took part in the last round only."""

@@ -185,6 +185,46 @@ def test_afl_valuations_of_clients_that_did_not_take_part_stay_stale():
     np.testing.assert_array_equal(agent.valuations[[1, 2, 4, 5]], before[[1, 2, 4, 5]])
 
 
+
+def test_afl_alpha2_relative_scales_the_temperature_by_the_reset_spread():
+    ns = np.array([100, 25, 64, 49, 16, 81, 36, 9])
+    spec = make_spec(n=8, k=2, num_samples=ns)
+    loss = np.array([0.5, 2.0, 1.0, 0.2, 3.0, 0.4, 1.5, 4.0])
+    obs = make_obs(spec, np.random.default_rng(0), loss=loss)
+    v = np.sqrt(ns) * loss
+    agent = started("afl", spec, obs, alpha1=0.0, alpha2_relative=2.0)
+    assert agent.reset_spread == pytest.approx(np.std(v), rel=1e-6)
+    assert agent.alpha2 == pytest.approx(2.0 / np.std(v), rel=1e-6)
+    p = agent.probabilities()
+    # two clients one reset-std apart get weights in the ratio e^c, whatever the valuations' scale
+    np.testing.assert_allclose(np.log(p[4] / p[0]), 2.0 * (v[4] - v[0]) / np.std(v), rtol=1e-5)
+    scaled = started("afl", make_spec(n=8, k=2, num_samples=ns), make_obs(spec, np.random.default_rng(0),
+                                                                          loss=100.0 * loss),
+                     alpha1=0.0, alpha2_relative=2.0)
+    np.testing.assert_allclose(scaled.probabilities(), p, rtol=1e-5)
+    # fixed for the episode: a later round's valuations do not move α2; the next reset does
+    alpha2 = agent.alpha2
+    agent.select(make_obs(spec, np.random.default_rng(1), loss=loss * 3, responded_last_round=np.ones(8)))
+    assert agent.alpha2 == alpha2
+    agent.reset(make_obs(spec, np.random.default_rng(2), loss=loss * 3))
+    assert agent.alpha2 == pytest.approx(alpha2 / 3, rel=1e-6)
+    # the default stays the paper's fixed 0.01
+    assert started("afl", spec, obs).alpha2 == 0.01
+
+
+def test_afl_alpha2_relative_without_spread_is_uniform_and_bad_values_are_refused():
+    spec = make_spec(n=6, k=2, num_samples=np.full(6, 58))
+    obs = make_obs(spec, np.random.default_rng(0), loss=np.full(6, 0.1))  # equal valuations: std at rounding level
+    agent = started("afl", spec, obs, alpha1=0.0, alpha2_relative=3.0)
+    assert agent.alpha2 == 0.0
+    np.testing.assert_allclose(agent.probabilities(), np.full(6, 1 / 6))
+    with pytest.raises(ValueError, match="alpha2_relative"):
+        agents.make("afl", spec, alpha2_relative=-1.0)
+    with pytest.raises(ValueError, match="alpha2_relative"):
+        agents.make("afl", spec, alpha2_relative=float("nan"))
+    with pytest.raises(ValueError, match="both"):
+        agents.make("afl", spec, alpha2=0.5, alpha2_relative=1.0)
+
 # ---------------------------------------------------------------------- q-FFL
 def test_qffl_probabilities_are_n_times_loss_to_the_q():
     ns = np.array([10, 20, 30, 40, 50])
