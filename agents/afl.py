@@ -87,7 +87,8 @@ class AFLAgent(SelectionAgent):
         self.alpha1 = _param("alpha1", alpha1, 0.0, 1.0, hi_open=True)
         self.alpha2 = _param("alpha2", 0.01 if alpha2 is None else alpha2, 0.0, None)
         self.alpha3 = _param("alpha3", alpha3, 0.0, 1.0)
-        self.alpha2_relative = None if alpha2_relative is None else _param("alpha2_relative", alpha2_relative, 0.0, None)
+        self.alpha2_relative = (None if alpha2_relative is None
+                                else _param("alpha2_relative", alpha2_relative, 0.0, None))
         #: std(v⁰) of the last reset (None before one)
         self.reset_spread: Optional[float] = None
         self._sqrt_n = np.sqrt(spec.num_samples.astype(np.float64))

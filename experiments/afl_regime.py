@@ -1,4 +1,4 @@
-"""AFL where it can act: a federation of 1,000 clients, 20 per round, α2 scaled to the valuations' spread, rates tuned per method.
+"""AFL where it can act: 1,000 clients, 20 per round, α2 scaled to the valuations' spread, rates tuned per method.
 
 J. Goetz, K. Malik, D. Bui, S. Moon, H. Liu, A. Kumar, "Active Federated Learning", arXiv:1909.12641,
 2019 (seed 001). SPEC §4 (the ``afl`` agent) and §6 (the claim: loss-valuation sampling needs 20–70%
@@ -267,8 +267,9 @@ def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, ou
              "Chosen per method: " + "; ".join(f"{m}: `{c['policy']}`, η = {c['lr']:g} ({c['tune_mean_rounds']:.1f} "
                                                f"rounds)" for m, c in res["chosen"].items()) + "."]
     sp = res["reset_valuations"]["per_seed"]
-    lines.append(f"\nValuations at reset (v = √n_k·F_k of w_0, tuning seeds): std {np.mean([s['std'] for s in sp]):.2f} "
-                 f"(range {min(s['min'] for s in sp):.1f}–{max(s['max'] for s in sp):.1f}); the {sp[0]['candidates']} "
+    lines.append(f"\nValuations at reset (v = √n_k·F_k of w_0, tuning seeds): std "
+                 f"{np.mean([s['std'] for s in sp]):.2f} (range {min(s['min'] for s in sp):.1f}–"
+                 f"{max(s['max'] for s in sp):.1f}); the {sp[0]['candidates']} "
                  f"candidates (top 1 − α1) span {np.mean([s['candidates_min'] for s in sp]):.1f}–"
                  f"{np.mean([s['candidates_max'] for s in sp]):.1f} on average. Best/worst candidate's weight ratio: "
                  f"{np.mean([s['weight_ratio_paper'] for s in sp]):.2f} with the paper's α2 = 0.01; with the tuned "
