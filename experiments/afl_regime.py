@@ -23,12 +23,15 @@ a flat softmax, and with α1 = 0.75 the candidate pool is about K: AFL is nearly
   profiling round, fixed for the episode; two clients one reset-std apart get weights in the ratio e^c.
   c ∈ {0.3, 1, 3} is tuned, and the paper's α2 = 0.01 is kept beside it. α1 = 0.75 (250 candidates for
   20 picks) and α3 = 0.1 are the paper's.
-- **Rates tuned per method.** The local learning rate η ∈ {0.01, 0.03, 0.1} for each method (and c for
+- **Rates tuned per method.** The local learning rate η ∈ {0.01, 0.03, 0.1, 0.3} for each method (and c for
   AFL), on tuning seeds 1000–1004, by mean rounds to Ω (a miss counts as the cap; ties by the higher mean
   accuracy over the rounds). Ω is calibrated as ``favor_study.py`` does: the 0.01-grid accuracy random's
   median curve (at the grid's middle rate, η = 0.03) reaches at half the round cap. The tuning episodes
   play the whole cap with an unreachable target; rounds to Ω are read off their accuracy curves (the
   first round whose accuracy is ≥ Ω: the round at which the env would have ended the episode).
+- **A control** that is not the paper's baseline: sampling ∝ n_k (``random_nk``), tuned the same way. AFL's
+  v_k grows with √n_k, so part of what it gains over uniform sampling may be more training samples per
+  round; the control and the samples per round (reported) tell how much.
 - **Report.** Each method at its own tuned settings on reporting seeds 2000–2029, never looked at while
   tuning; rounds to Ω as paired differences afl − random with 95% Student-t CIs, and the relative change
   of the mean rounds against the paper's −20% to −70%.
@@ -40,7 +43,7 @@ of many thousands), server optimiser (plain FedAvg averaging, not FedAdam; so on
 tuned, not the server's), local training (one epoch at batch 10, not two passes at batch 128), α2 (scaled
 to the reset valuations' spread and tuned, not 0.01 — the paper's is run too), the profiling round (every
 client's valuation is initialised from w_0's loss; the paper does not say how it initialises them), the
-tuning grid (three rates, five tuning seeds) and the metric (rounds to one target accuracy, Ω calibrated
+tuning grid (four rates, five tuning seeds) and the metric (rounds to one target accuracy, Ω calibrated
 on the tuning seeds, not the paper's accuracy-vs-rounds curves).
 """
 from __future__ import annotations
@@ -59,14 +62,17 @@ from experiments.favor_study import calibrate_target, ci_text, paired  # noqa: E
 
 NAME = "afl_regime"
 CAP = 100
-RATES = (0.01, 0.03, 0.1)
+RATES = (0.01, 0.03, 0.1, 0.3)
 CALIBRATION_RATE = 0.03  # the grid's middle: Ω is calibrated on random's curves at this rate
 #: AFL's temperature settings: (label, --policy parameter text)
 AFL_SETTINGS: Tuple[Tuple[str, str], ...] = (("afl_paper", "alpha2=0.01"), ("afl_c0.3", "alpha2_relative=0.3"),
                                               ("afl_c1", "alpha2_relative=1"), ("afl_c3", "alpha2_relative=3"))
 #: the methods whose settings are tuned separately: method -> the policy labels it chooses among
 METHODS: Dict[str, Tuple[str, ...]] = {"random": ("random",), "afl": ("afl_c0.3", "afl_c1", "afl_c3"),
-                                       "afl_paper_alpha2": ("afl_paper",)}
+                                       "afl_paper_alpha2": ("afl_paper",), "random_nk": ("random_nk",)}
+#: a control that is not the paper's baseline: sampling ∝ n_k, tuned and reported in run folders of its own
+#: (``tune_extra``, ``report_extra``), so adding it reused the finished parts of the main run
+EXTRA = ("random_nk",)
 TUNE_SEEDS = list(range(1000, 1005))
 REPORT_SEEDS = list(range(2000, 2030))
 ENV: Dict[str, Any] = {"dataset": "fashion_mnist", "num_clients": 1000, "partition": "dirichlet",
@@ -75,7 +81,8 @@ ENV: Dict[str, Any] = {"dataset": "fashion_mnist", "num_clients": 1000, "partiti
                        "system": {"availability": 1.0}, "track_improvement": False}
 SMOKE = {"env": {"preset": "tiny", "system": {"availability": 1.0}}, "cap": 6, "rates": (0.05, 0.1),
          "calibration_rate": 0.05, "afl": (("afl_paper", "alpha2=0.01"), ("afl_c1", "alpha2_relative=1")),
-         "methods": {"random": ("random",), "afl": ("afl_c1",), "afl_paper_alpha2": ("afl_paper",)},
+         "methods": {"random": ("random",), "afl": ("afl_c1",), "afl_paper_alpha2": ("afl_paper",),
+                     "random_nk": ("random_nk",)},
          "tune_seeds": [0, 1], "report_seeds": [100, 101]}
 
 
@@ -134,9 +141,13 @@ def main(argv: Sequence[str] = None) -> Path:
         tune[lr], _, _ = common.evaluate(out.out / "tune" / f"lr_{lr:g}", env, policies, tune_seeds,
                                          workers=args.workers, progress=progress, env_name=f"tune lr={lr:g}",
                                          plots=False)
+        extra, _, _ = common.evaluate(out.out / "tune_extra" / f"lr_{lr:g}", env, list(EXTRA), tune_seeds,
+                                      workers=args.workers, progress=progress, env_name=f"tune lr={lr:g}",
+                                      plots=False)
+        tune[lr] = list(tune[lr]) + list(extra)
     omega = calibrate_target(common.episodes_of(tune[cal_rate], "random"), cap)
     grid = {pol: {lr: _tune_cell(tune[lr], pol, omega, cap) for lr in rates}
-            for pol in ["random"] + [label for label, _ in afl_settings]}
+            for pol in ["random"] + [label for label, _ in afl_settings] + list(EXTRA)}
     chosen = {m: _choose(grid, labels) for m, labels in methods.items()}
     print(f"Ω = {omega:.2f}; chosen: {chosen}")
     spread = _reset_spread(base, tune_seeds, dict(afl_settings), chosen, grid)
@@ -153,16 +164,16 @@ def main(argv: Sequence[str] = None) -> Path:
         return out.out
 
     # 2. the report: each method at its own settings, on seeds the tuning never saw
-    params = dict(afl_settings, random="")
-    by_rate: Dict[float, List[str]] = {}
+    params = dict(afl_settings)
+    by_rate: Dict[Tuple[str, float], List[str]] = {}
     for m, c in chosen.items():
         pol = c["policy"]
-        spec = "random" if pol == "random" else f"{m}={'afl:' + params[pol]}"
-        by_rate.setdefault(c["lr"], []).append(spec)
+        spec = pol if pol in ("random", *EXTRA) else f"{m}={'afl:' + params[pol]}"
+        by_rate.setdefault(("report_extra" if pol in EXTRA else "report", c["lr"]), []).append(spec)
     report: List[Dict[str, Any]] = []
-    for lr, specs in sorted(by_rate.items()):
+    for (folder, lr), specs in sorted(by_rate.items()):
         env = {**base, "lr": lr, "max_rounds": cap, "target_accuracy": omega}
-        recs, _, _ = common.evaluate(out.out / "report" / f"lr_{lr:g}", env, specs, report_seeds,
+        recs, _, _ = common.evaluate(out.out / folder / f"lr_{lr:g}", env, specs, report_seeds,
                                      workers=args.workers, progress=progress, env_name=f"report lr={lr:g}")
         report += list(recs)
     rep = _analyse(report, list(methods), cap, report_seeds)
@@ -233,9 +244,15 @@ def _analyse(report: Sequence[Mapping[str, Any]], methods: Sequence[str], cap: i
     for m in methods:
         r = rounds(m)
         eps = common.episodes_of(report, m)
+        # training samples per round: what a pick is worth to FedAvg (AFL's v_k grows with √n_k)
+        per_round = [float(np.dot(e["clients"]["participation"], e["clients"]["num_samples"]))
+                     / max(len(e["curves"]["accuracy"]) - 1, 1) for e in eps]
         entry = {"rounds": r.tolist(), "mean_rounds": float(r.mean()), "missed": int(np.sum(r >= cap)),
                  "episodes": int(r.size), "mean_final_accuracy": float(np.mean([e["metrics"]["final_accuracy"]
-                                                                                   for e in eps]))}
+                                                                                   for e in eps])),
+                 "samples_per_round": float(np.mean(per_round))}
+        if m.startswith("afl") and "random_nk" in methods:
+            entry["rounds_vs_random_nk"] = paired(r, rounds("random_nk"))
         if m != "random":
             d = paired(r, base)
             entry["rounds_vs_random"] = d
@@ -243,13 +260,14 @@ def _analyse(report: Sequence[Mapping[str, Any]], methods: Sequence[str], cap: i
             entry["change_percent"] = {k: (100.0 * d[k] / base.mean() if k in ("mean", "lo", "hi") else d[k])
                                        for k in d}
             entry["seeds_faster_slower_tied"] = [int(np.sum(r < base)), int(np.sum(r > base)), int(np.sum(r == base))]
-            entry["verdict"], entry["reason"] = verdict(entry["change_percent"])
+            if m.startswith("afl"):
+                entry["verdict"], entry["reason"] = verdict(entry["change_percent"])
         res[m] = entry
     return res
 
 
 LABELS = {"random": "random (uniform)", "afl": "AFL, α2 = c / std(v⁰) (tuned c)",
-          "afl_paper_alpha2": "AFL, the paper's α2 = 0.01"}
+          "afl_paper_alpha2": "AFL, the paper's α2 = 0.01", "random_nk": "control: sampling ∝ n_k (not the paper's)"}
 
 
 def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, out: Any, workers: int,
@@ -284,8 +302,8 @@ def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, ou
                          "—" if m == "random" else ci_text(e["rounds_vs_random"]),
                          "—" if m == "random" else _percent(e["change_percent"]),
                          "—" if m == "random" else " / ".join(map(str, e["seeds_faster_slower_tied"])),
-                         f"{e['mean_final_accuracy']:.3f}",
-                         "—" if m == "random" else f"**{e['verdict']}**"])
+                         f"{e['mean_final_accuracy']:.3f}", f"{e['samples_per_round']:.0f}",
+                         f"**{e['verdict']}**" if "verdict" in e else "—"])
         lines += [f"\n**Report** (seeds {res['report_seeds'][0]}–{res['report_seeds'][-1]}, never looked at while "
                   f"tuning; each method at its own tuned settings; common random numbers: one federation and w_0 per "
                   f"seed). Rounds to Ω = {res['omega']:.2f}, a miss counted at the cap {res['cap']} (a lower bound); "
@@ -293,11 +311,13 @@ def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, ou
                   f"(paper: −20% to −70%).\n",
                   common.md_table(["policy", "tuned settings", "rounds to Ω (mean)", "missed Ω",
                                    "Δ rounds vs random [95% CI]", "change in mean rounds [95% CI]",
-                                   "seeds faster / slower / tied", "final accuracy", "verdict"], rows,
-                                  align="llrrrrrrl")]
+                                   "seeds faster / slower / tied", "final accuracy", "training samples per round",
+                                   "verdict"], rows, align="llrrrrrrrl")]
         for m, e in rep.items():
-            if m != "random":
-                lines.append(f"- {LABELS.get(m, m)}: {e['verdict']} — {e['reason']}.")
+            if "verdict" in e:
+                vs_nk = (f" Against sampling ∝ n_k: Δ rounds {ci_text(e['rounds_vs_random_nk'])}."
+                         if "rounds_vs_random_nk" in e else "")
+                lines.append(f"- {LABELS.get(m, m)}: {e['verdict']} — {e['reason']}.{vs_nk}")
     command = common.command_line("afl_regime.py", argv)
     lines.append(common.wall_time_note(clock.seconds(), workers, command, compute,
                                        longest=out.invocation(clock.seconds(), command)))
@@ -327,7 +347,7 @@ def _figure(out: common.Outputs, grid: Mapping[str, Mapping[float, Mapping[str, 
         ax.set_axis_off()
     else:
         records, methods = report
-        colors = {"random": "tab:blue", "afl": "tab:red", "afl_paper_alpha2": "tab:orange"}
+        colors = {"random": "tab:blue", "afl": "tab:red", "afl_paper_alpha2": "tab:orange", "random_nk": "tab:gray"}
         for m in methods:
             eps = common.episodes_of(records, m)
             ys = np.stack([common.held(e["curves"]["accuracy"], cap + 1) for e in eps])
