@@ -31,7 +31,7 @@ def test_smoke_run_tunes_then_reports_and_leaves_docs_alone(tmp_path):
     assert "commit" in res and "dirty" in res
     s = afl_regime.SMOKE
     # every policy was tuned at every rate, and each method chose among its own policies only
-    assert set(res["tuning_grid"]) == {"random", *(label for label, _ in s["afl"])}
+    assert set(res["tuning_grid"]) == {"random", *(label for label, _ in s["afl"]), *afl_regime.EXTRA}
     for pol, cells in res["tuning_grid"].items():
         assert set(cells) == {f"{lr:g}" for lr in s["rates"]}
         assert all(len(c["rounds"]) == len(s["tune_seeds"]) for c in cells.values())
@@ -43,6 +43,8 @@ def test_smoke_run_tunes_then_reports_and_leaves_docs_alone(tmp_path):
     # the report pairs every method with random on every reporting seed
     for method in s["methods"]:
         assert res["report"][method]["episodes"] == len(s["report_seeds"])
+    assert "verdict" not in res["report"]["random_nk"]  # a control: the verdict is AFL's against uniform sampling
+    assert "rounds_vs_random_nk" in res["report"]["afl"] and res["report"]["afl"]["samples_per_round"] > 0
     assert res["report"]["afl"]["verdict"] in ("reproduced", "partly reproduced", "not reproduced", "inconclusive")
     assert (out / "afl_regime.png").stat().st_size > 1000
     assert list(out.rglob("episodes.jsonl"))  # evaluate.py run folders
