@@ -133,10 +133,16 @@ def test_ctrl_c_while_ray_starts_is_held_until_it_has_started():
 
     from fedsel_eval.ray_executor import _ctrl_c_held
 
-    finished = []
-    with pytest.raises(KeyboardInterrupt):
-        with _ctrl_c_held():
-            os.kill(os.getpid(), signal.SIGINT)  # delivered here, held
-            finished.append(True)
-    assert finished == [True]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own handler, whatever an earlier test left installed (a Flower simulation that timed out
+    # under load left its handler, and the block then was not held): the case under test is a plain CLI run
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        finished = []
+        with pytest.raises(KeyboardInterrupt):
+            with _ctrl_c_held():
+                os.kill(os.getpid(), signal.SIGINT)  # delivered here, held
+                finished.append(True)
+        assert finished == [True]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
