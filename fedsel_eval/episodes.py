@@ -39,7 +39,8 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
     built before the reset would read the previous federation's.
 
     :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
-        from round 0, round time, fraction of improved participants, responders), ``clients``
+        from round 0, round time, fraction of improved participants, responders, the clients selected),
+        ``clients``
         (final per-client accuracies, participation counts, sample counts) and bookkeeping; with a
         vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).
     """
@@ -51,7 +52,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
         policy.bind(env.unwrapped)
     num_samples = np.asarray(info["num_samples"])
     accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
-    round_time, improved, responders = [], [], []
+    round_time, improved, responders, selected = [], [], [], []
     episode_return, terminated, truncated = 0.0, False, False
     vector_return = None  # a vector reward (reward: vector) is summed per objective
     while not (terminated or truncated):
@@ -67,6 +68,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
         round_time.append(float(info["round_time"]))
         improved.append(float(info["improved_fraction"]))
         responders.append(int(len(info["responders"])))
+        selected.append([int(c) for c in info["selected"]])
     rounds = len(round_time)
     participation = np.asarray(info["participation"], dtype=np.int64)
     client_acc = np.asarray(info["client_accuracies"], dtype=np.float64)
@@ -95,7 +97,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
         "reached": bool(terminated), "diverged": bool(info["diverged"]), "terminated": bool(terminated),
         "truncated": bool(truncated), "metrics": m,
         "curves": {"accuracy": accuracy, "loss": loss, "clock": clock, "round_time": round_time,
-                   "improved_fraction": improved, "responders": responders},
+                   "improved_fraction": improved, "responders": responders, "selected": selected},
         "clients": {"accuracy": client_acc.tolist(), "participation": participation.tolist(),
                     "num_samples": num_samples.tolist()},
         "profiling_time": float(info["profiling_time"]),
