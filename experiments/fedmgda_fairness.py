@@ -20,12 +20,21 @@ and the preset's local training (E = 2, B = 10); client 0 sends w_t + s·(w_k �
 ``adversary.update_scale``) for s ∈ ``SCALES``; the accuracy of FedAvg, q-FedAvg (q = 1) and
 FedMGDA+ (the defaults: ε = 1, η = 1, decayed by 0.89 every 100 rounds, so constant over this part's
 40 rounds).
+
+Part C (issue #20): the ε sweep, with and without free riders. The paper (§5, Table 1) says ε interpolates
+between FedAvg (ε = 0, λ = λ0) and FedMGDA (ε = 1) and that in non-IID settings some intermediate ε give
+better user accuracy than either end. The ``default`` preset with K = 10 of 20 at random and its local
+training (E = 2, B = 10), ``EPSILONS_C`` beside FedAvg, ``ROUNDS_C`` rounds, ``SEEDS_C``; the scenarios
+of docs/ROBUSTNESS.md's table: 20% of the clients labelled attackers that behave honestly (``none``), or
+that return w_t untrained (``free riders``: a zero update). FedMGDA+'s direction is the minimum-norm
+point of the participants' normalised updates within ε of λ0: at ε = 1 a zero update in the hull makes
+that point zero, so a round with a free rider in it moves the model by nothing.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -45,6 +54,13 @@ ATTACK: Dict[str, Any] = {"preset": "default", "system": {"availability": 1.0}, 
                           "max_rounds": 40, "target_accuracy": 1.0}
 BACKENDS_B = ["fedavg", "qfedavg:q=1", "fedmgda+"]
 SMOKE_OVERRIDES: Dict[str, Any] = {"preset": "tiny", "max_rounds": 3, "batch_size": 40}
+EPSILONS_C = [0.0, 0.05, 0.1, 0.3, 1.0]
+SEEDS_C = [0, 1, 2, 3, 4]
+ROUNDS_C = 60
+SWEEP: Dict[str, Any] = {"preset": "default", "system": {"availability": 1.0}, "clients_per_round": 10,
+                         "max_rounds": ROUNDS_C, "target_accuracy": 1.0}
+SCENARIOS_C: Dict[str, Dict[str, Any]] = {"none": {"attacker_fraction": 0.2},
+                                          "free riders": {"attacker_fraction": 0.2, "free_rider": True}}
 
 
 def main(argv: Sequence[str] = None) -> Path:
@@ -104,6 +120,27 @@ def main(argv: Sequence[str] = None) -> Path:
     table_b = common.md_table(["backend", *[("no attack (s = 1)" if s == 1 else f"s = {s:g}") for s in SCALES]], rows_b)
 
     cfg_b = plan.env_config
+
+    # Part C: the ε sweep, with and without free riders
+    seeds_c = args.seeds or ([0, 1] if args.smoke else SEEDS_C)
+    env_c = {**SWEEP, **SMOKE_OVERRIDES, "clients_per_round": 4, "batch_size": 10} if args.smoke else SWEEP
+    backends_c = ["fedavg"] + [f"fedmgda+:epsilon={e:g}" for e in EPSILONS_C]
+    numbers_c: Dict[str, Dict[str, Dict[str, List[float]]]] = {}
+    labels_c: List[str] = []
+    for scenario, adversary in SCENARIOS_C.items():
+        rec, _, plan_c = common.evaluate(out.out / f"epsilon_{scenario.replace(' ', '_')}", {**env_c, "adversary": adversary},
+                                         ["random"], seeds_c, aggregators=backends_c, workers=args.workers,
+                                         progress=progress, env_name=f"digits, {scenario}")
+        all_records.append(rec)
+        labels_c = [b.label for b in plan_c.backends]
+        for label in labels_c:
+            eps = common.episodes_of(rec, "random", label)
+            numbers_c.setdefault(label, {})[scenario] = {
+                m: [float(e["metrics"][m]) for e in eps]
+                for m in ("final_accuracy", "honest_acc_mean", "acc_worst10", "improved_fraction")}
+    cfg_c = plan_c.env_config
+    table_c = _epsilon_table(numbers_c, labels_c)
+
     note_a = (f"**A. Fairness during training.** {cfg_a['num_clients']} clients, K = {cfg_a['clients_per_round']} per "
               f"round, one local epoch at batch {cfg_a['batch_size']} (every client holds fewer samples: one "
               f"full-batch step at η = {cfg_a['lr']}), {cfg_a['max_rounds']} rounds, seeds {seeds}. The share of the "
@@ -112,9 +149,17 @@ def main(argv: Sequence[str] = None) -> Path:
               f"{cfg_b['local_epochs']}, B = {cfg_b['batch_size']}, {cfg_b['max_rounds']} rounds; client 0 sends "
               f"w_t + s·(w_k − w_t). Global test accuracy after the last round (mean ± std over seeds {seeds}).\n")
     _figures(out, rec_a, labels_a, curves_b, labels_b)
+    note_c = (f"**C. The ε sweep, with and without free riders.** K = {cfg_c['clients_per_round']} of "
+              f"{cfg_c['num_clients']} at random, E = {cfg_c['local_epochs']}, B = {cfg_c['batch_size']}, "
+              f"{cfg_c['max_rounds']} rounds, seeds {seeds_c}; 20% of the clients are attackers (honest in `none`; "
+              f"in `free riders` they return w_t untrained). Honest accuracy: mean final test accuracy of the "
+              f"honest clients; worst 10%: of all clients' final accuracies; improved: the round's participants "
+              f"whose loss did not increase. Differences paired by seed, Student-t 95% intervals.\n")
     out.results({"part_a": {"env": cfg_a, "seeds": seeds, "results": numbers_a},
-                 "part_b": {"env": cfg_b, "scales": SCALES, "seeds": seeds, "results": numbers_b}})
-    out.fragment("\n".join([note_a, table_a, "", note_b, table_b,
+                 "part_b": {"env": cfg_b, "scales": SCALES, "seeds": seeds, "results": numbers_b},
+                 "part_c": {"env": cfg_c, "epsilons": EPSILONS_C, "seeds": seeds_c,
+                            "scenarios": SCENARIOS_C, "results": numbers_c}})
+    out.fragment("\n".join([note_a, table_a, "", note_b, table_b, "", note_c, table_c,
                             common.wall_time_note(clock.seconds(), args.workers,
                                                   common.command_line("fedmgda_fairness.py", argv),
                                                   common.episode_seconds(*all_records),
@@ -122,6 +167,28 @@ def main(argv: Sequence[str] = None) -> Path:
                                                       clock.seconds(), common.command_line("fedmgda_fairness.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
+
+
+def _epsilon_table(numbers: Mapping[str, Mapping[str, Mapping[str, List[float]]]], labels: Sequence[str]) -> str:
+    """Part C's table: per backend, honest accuracy (none / free riders) and its paired loss, worst-10% and
+    improved share without attack, and the honest-accuracy difference against FedAvg in each scenario."""
+    rows = []
+    ref = labels[0]  # fedavg
+    for label in labels:
+        none, free = numbers[label]["none"], numbers[label]["free riders"]
+        loss = common.t_interval([f - n for f, n in zip(free["honest_acc_mean"], none["honest_acc_mean"])])
+        vs_none = common.t_interval([a - b for a, b in zip(none["honest_acc_mean"],
+                                                           numbers[ref]["none"]["honest_acc_mean"])])
+        vs_free = common.t_interval([a - b for a, b in zip(free["honest_acc_mean"],
+                                                           numbers[ref]["free riders"]["honest_acc_mean"])])
+        rows.append([label, common.mean_std(none["honest_acc_mean"], ".3f"),
+                     common.mean_std(none["acc_worst10"], ".3f"), common.mean_std(none["improved_fraction"], ".3f"),
+                     "—" if label == ref else vs_none.text("+.3f"),
+                     common.mean_std(free["honest_acc_mean"], ".3f"), loss.text("+.3f"),
+                     "—" if label == ref else vs_free.text("+.3f")])
+    return common.md_table(["backend", "honest accuracy, none", "worst-10% accuracy, none", "improved, none",
+                            "Δ honest vs fedavg, none", "honest accuracy, free riders",
+                            "Δ from free riders (paired)", "Δ honest vs fedavg, free riders"], rows)
 
 
 def _figures(out: common.Outputs, rec_a: Sequence[Dict[str, Any]], labels_a: Sequence[str],
