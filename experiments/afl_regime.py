@@ -365,7 +365,4 @@ def _figure(out: common.Outputs, grid: Mapping[str, Mapping[float, Mapping[str, 
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"afl_regime.py: error: {e}")
+    common.run_cli(main, "afl_regime.py")

@@ -104,7 +104,4 @@ def _figure(out: common.Outputs, curves: Sequence[Tuple[str, float, Any, Any]]) 
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"afl_rounds.py: error: {e}")
+    common.run_cli(main, "afl_rounds.py")

@@ -89,6 +89,15 @@ def check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--seeds {args.seeds} is invalid: expected distinct integers >= 0")
 
 
+def run_cli(main: Any, script: str) -> None:
+    """A script's ``if __name__ == "__main__"``: run ``main()``; a ``ValueError`` (a bad option or config
+    value) exits with status 1 and ``<script>: error: <message>`` instead of a traceback."""
+    try:
+        main()
+    except ValueError as e:
+        sys.exit(f"{script}: error: {e}")
+
+
 def publishing(args: argparse.Namespace) -> bool:
     """Whether this run writes into docs/ and experiments/results/."""
     return not (args.smoke or args.no_publish)
@@ -394,6 +403,19 @@ def held(curve: Sequence[float], length: int) -> np.ndarray:
     """A per-round curve held at its last value up to ``length`` points (the job ended at Ω)."""
     v = np.asarray([np.nan if c is None else c for c in curve], dtype=np.float64)
     return np.concatenate([v, np.full(length - v.size, v[-1])]) if v.size < length else v[:length]
+
+
+def start_setting(name: str, args: argparse.Namespace, setting_choice: str) -> "tuple[str, Clock, Outputs]":
+    """:func:`start` for a script with ``--setting``: ``--smoke`` is the setting ``smoke``, the default
+    ``--out`` becomes ``runs/repro/<name>/<setting>`` and the outputs are published as ``<name>_<setting>``.
+
+    :return: (setting, clock, outputs).
+    """
+    setting = "smoke" if args.smoke else setting_choice
+    if args.out == str(RUNS_DIR / name):
+        args.out = str(RUNS_DIR / name / setting)
+    clock, out = start(f"{name}_{setting}", args)
+    return setting, clock, out
 
 
 def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":

@@ -218,7 +218,4 @@ def _figures(out: common.Outputs, records_by_sigma: Mapping[str, Any], curve: Ma
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"favor_fmnist.py: error: {e}")
+    common.run_cli(main, "favor_fmnist.py")

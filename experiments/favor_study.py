@@ -71,6 +71,16 @@ def calibrate_target(records: Sequence[Mapping[str, Any]], cap: int) -> float:
     return float(np.floor(np.median(curves, axis=0)[cap // 2] * 100) / 100)
 
 
+def per_training_seed(records: Sequence[Mapping[str, Any]], members: Sequence[str], cap: int,
+                      base_r: np.ndarray, best_r: np.ndarray) -> Dict[str, Dict[str, Any]]:
+    """Each trained model of a group on its own: its mean rounds to Ω and its paired differences with
+    random (``base_r``) and the best heuristic (``best_r``), per seed in the same order."""
+    return {m: {"mean_rounds": float(rounds(records, m, cap).mean()),
+                "rounds_vs_random": paired(rounds(records, m, cap), base_r),
+                "rounds_vs_best": paired(rounds(records, m, cap), best_r)}
+            for m in members}
+
+
 def study_start(name: str, description: str, settings: Mapping[str, Any], argv: Sequence[str]):
     """The command line of a held-out study (this one, ``per_client_study.py``): its options parsed and
     checked, its folder (``runs/repro/<name>/<setting>``) started.
@@ -86,10 +96,7 @@ def study_start(name: str, description: str, settings: Mapping[str, Any], argv: 
     args = p.parse_args(argv)
     if args.train_steps is not None and args.train_steps < 1:
         raise ValueError(f"--train-steps = {args.train_steps} is invalid: expected >= 1")
-    setting = "smoke" if args.smoke else args.setting
-    if args.out == str(common.RUNS_DIR / name):
-        args.out = str(common.RUNS_DIR / name / setting)
-    clock, out = common.start(f"{name}_{setting}", args)
+    setting, clock, out = common.start_setting(name, args, args.setting)
     return args, setting, clock, out
 
 
@@ -310,10 +317,7 @@ def _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, 
                  "rounds_vs_random": paired(r, base_r), "rounds_vs_best": paired(r, best_r),
                  "final_acc_vs_random": paired(a, base_a), "final_acc_vs_best": paired(a, best_a)}
         if len(members) > 1:
-            entry["per_training_seed"] = {m: {"mean_rounds": float(rounds(report, m, cap).mean()),
-                                              "rounds_vs_random": paired(rounds(report, m, cap), base_r),
-                                              "rounds_vs_best": paired(rounds(report, m, cap), best_r)}
-                                          for m in members}
+            entry["per_training_seed"] = per_training_seed(report, members, cap, base_r, best_r)
             entry["training_seconds"] = [trained[name][int(m.rsplit("_s", 1)[1])]["seconds"] for m in members]
             entry["training_returns"] = {m: trained[name][int(m.rsplit("_s", 1)[1])]["curve"]["return"]
                                          for m in members}
@@ -399,7 +403,4 @@ def _figures(out: Any, report, trained, cap: int, omega: float, setting: str) ->
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"favor_study.py: error: {e}")
+    common.run_cli(main, "favor_study.py")

@@ -218,7 +218,4 @@ def _figures(out: common.Outputs, rec_a: Sequence[Dict[str, Any]], labels_a: Seq
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"fedmgda_fairness.py: error: {e}")
+    common.run_cli(main, "fedmgda_fairness.py")

@@ -360,10 +360,7 @@ def main(argv: Sequence[str] = None) -> Path:
     args = p.parse_args(argv)
     if args.oracle_seeds is not None and args.oracle_seeds < 1:
         raise ValueError(f"--oracle-seeds = {args.oracle_seeds} is invalid: expected >= 1")
-    setting = "smoke" if args.smoke else args.setting
-    if args.out == str(common.RUNS_DIR / NAME):
-        args.out = str(common.RUNS_DIR / NAME / setting)
-    clock, out = common.start(f"{NAME}_{setting}", args)
+    setting, clock, out = common.start_setting(NAME, args, args.setting)
     progress = not args.no_progress
     seeds = list(args.seeds) if args.seeds is not None else ([0, 1] if args.smoke else SEEDS)
     oracle_seeds = seeds[:args.oracle_seeds] if args.oracle_seeds is not None else list(seeds)
@@ -670,7 +667,4 @@ def _table(out: Any, res: Mapping[str, Any], names: Sequence[str], argv: Sequenc
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"{NAME}.py: error: {e}")
+    common.run_cli(main, "per_client_analysis.py")

@@ -42,7 +42,8 @@ import numpy as np  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.favor_study import SETTINGS as FAVOR_SETTINGS  # noqa: E402
 from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, ci_text,  # noqa: E402
-                                     final_accuracy, paired, participation, rounds, study_start, target_and_best)
+                                     final_accuracy, paired, participation, per_training_seed, rounds, study_start,
+                                     target_and_best)
 
 NAME = "per_client_study"
 HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
@@ -161,10 +162,7 @@ def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: M
                  "mean_final_accuracy": float(a.mean()), "jain": float(np.mean([q["jain"] for q in picks])),
                  "rounds_vs_random": paired(r, base_r), "rounds_vs_best": paired(r, best_r)}
         if len(members) > 1:
-            entry["per_training_seed"] = {m: {"mean_rounds": float(rounds(records, m, cap).mean()),
-                                              "rounds_vs_random": paired(rounds(records, m, cap), base_r),
-                                              "rounds_vs_best": paired(rounds(records, m, cap), best_r)}
-                                          for m in members}
+            entry["per_training_seed"] = per_training_seed(records, members, cap, base_r, best_r)
         out["policies"][name] = entry
     for name in ("per_client", "per_client_ens"):  # the second goal: beat FAVOR
         if groups.get(name) and groups.get("favor"):
@@ -253,7 +251,4 @@ def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"per_client_study.py: error: {e}")
+    common.run_cli(main, "per_client_study.py")

@@ -326,7 +326,4 @@ def _figure(out: common.Outputs, grid: Mapping[str, Mapping[float, List[Mapping[
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"qffl_synthetic.py: error: {e}")
+    common.run_cli(main, "qffl_synthetic.py")

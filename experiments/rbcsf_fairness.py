@@ -253,7 +253,4 @@ def _figures(out: common.Outputs, rates: Dict[str, np.ndarray], traces: Dict[str
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"rbcsf_fairness.py: error: {e}")
+    common.run_cli(main, "rbcsf_fairness.py")

@@ -112,7 +112,4 @@ def _duration(seconds: float) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ValueError as e:
-        sys.exit(f"round_cost.py: error: {e}")
+    common.run_cli(main, "round_cost.py")
