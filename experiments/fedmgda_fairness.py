@@ -148,7 +148,7 @@ def main(argv: Sequence[str] = None) -> Path:
     note_b = (f"**B. One client scales its update.** Full participation (K = N = {cfg_b['num_clients']}), E = "
               f"{cfg_b['local_epochs']}, B = {cfg_b['batch_size']}, {cfg_b['max_rounds']} rounds; client 0 sends "
               f"w_t + s·(w_k − w_t). Global test accuracy after the last round (mean ± std over seeds {seeds}).\n")
-    _figures(out, rec_a, labels_a, curves_b, labels_b)
+    _figures(out, rec_a, labels_a, curves_b, labels_b, numbers_c, labels_c)
     note_c = (f"**C. The ε sweep, with and without free riders.** K = {cfg_c['clients_per_round']} of "
               f"{cfg_c['num_clients']} at random, E = {cfg_c['local_epochs']}, B = {cfg_c['batch_size']}, "
               f"{cfg_c['max_rounds']} rounds, seeds {seeds_c}; 20% of the clients are attackers (honest in `none`; "
@@ -192,9 +192,23 @@ def _epsilon_table(numbers: Mapping[str, Mapping[str, Mapping[str, List[float]]]
 
 
 def _figures(out: common.Outputs, rec_a: Sequence[Dict[str, Any]], labels_a: Sequence[str],
-             curves_b: Dict[Any, Any], labels_b: Sequence[str]) -> None:
-    fig, axes = common.figure(13, 4.5, ncols=2)
-    ax1, ax2 = axes[0, 0], axes[0, 1]
+             curves_b: Dict[Any, Any], labels_b: Sequence[str],
+             numbers_c: Mapping[str, Mapping[str, Mapping[str, List[float]]]], labels_c: Sequence[str]) -> None:
+    fig, axes = common.figure(19, 4.5, ncols=3)
+    ax1, ax2, ax3 = axes[0, 0], axes[0, 1], axes[0, 2]
+    eps_labels = [lb for lb in labels_c if lb != "fedavg"]
+    x = np.arange(len(eps_labels))
+    for offset, (scenario, color) in zip((-0.12, 0.12), zip(SCENARIOS_C, ("tab:blue", "tab:red"))):
+        vals = [numbers_c[lb][scenario]["honest_acc_mean"] for lb in eps_labels]
+        ax3.errorbar(x + offset, [np.mean(v) for v in vals], yerr=[np.std(v) for v in vals], fmt="o", color=color,
+                     capsize=3, label=f"FedMGDA+, {scenario}")
+        ref = numbers_c["fedavg"][scenario]["honest_acc_mean"]
+        ax3.axhline(np.mean(ref), color=color, linestyle="--", linewidth=1, label=f"FedAvg, {scenario}")
+    ax3.set_xticks(x, [lb.split("epsilon=")[-1].rstrip(")") for lb in eps_labels])
+    ax3.set(title="C. Honest clients' final accuracy against ε\n(20% attackers; mean ± std over seeds)",
+            xlabel="ε", ylabel="mean final test accuracy, honest clients")
+    ax3.grid(alpha=0.3)
+    ax3.legend(fontsize="x-small", loc="lower left")
     for label in labels_a:
         eps = common.episodes_of(rec_a, "random", label)
         fr = np.nanmean(np.array([e["curves"]["improved_fraction"] for e in eps], dtype=np.float64), axis=0)
