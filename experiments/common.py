@@ -423,6 +423,10 @@ def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":
     process, take ``--ray`` for every :func:`evaluate` of the script, start the wall clock, open the
     outputs. Returns (clock, outputs)."""
     check_args(args)
+    if args.smoke and args.out == str(RUNS_DIR / name):
+        # a smoke run never shares the real run's folder: a run folder of another config starts afresh,
+        # so a smoke run there would delete the real run's finished episodes
+        args.out = str(RUNS_DIR / name / "smoke")
     _EXECUTION["ray"] = getattr(args, "ray", None)
     threads_to_one()
     return Clock(), Outputs(name, Path(args.out), publishing(args))

@@ -221,11 +221,20 @@ def _figures(out: common.Outputs, rates: Dict[str, np.ndarray], traces: Dict[str
              m: int, n: int) -> None:
     """Participation of every client; the largest queue over the rounds (V sweep, β sweep); accuracy
     against simulated time."""
+    from matplotlib import colormaps
+
     fig, axes = common.figure(13, 9, ncols=2, nrows=2)
     ax1, ax2, ax3, ax4 = axes[0, 0], axes[0, 1], axes[1, 0], axes[1, 1]
+    cmap = colormaps["tab10"]
+    rbcsf_labels = [label for _, label, beta in specs if np.isfinite(beta)]
+    color = {label: cmap(i % 10) for i, label in enumerate(rbcsf_labels)}
+    color.update({"fedcs": "black", "random": "0.55"})
+    style = {label: (":" if "-b" in label else "-") for label in rbcsf_labels}
+    style.update({"fedcs": "--", "random": "--"})
     for label, rate in rates.items():
         mean = rate.mean(0)
-        ax1.plot(np.arange(mean.size), np.sort(mean), marker="o", markersize=2, linewidth=1, label=label)
+        ax1.plot(np.arange(mean.size), np.sort(mean), marker="o", markersize=2, linewidth=1, label=label,
+                 color=color[label], linestyle=style[label])
     ax1.axhline(DEFAULT_SHARE * m / n, color="black", linestyle="--", linewidth=1,
                 label=f"β = {DEFAULT_SHARE * m / n:.2f}")
     ax1.set(title="Participation rate of every client, sorted (mean over seeds)", xlabel="clients, sorted",
@@ -233,7 +242,8 @@ def _figures(out: common.Outputs, rates: Dict[str, np.ndarray], traces: Dict[str
     betas = {label: beta for _, label, beta in specs}
     for label, t in traces.items():
         ax = ax3 if "-b" in label else ax2
-        ax.plot(np.arange(1, len(t["max"]) + 1), t["max"], linewidth=1, label=f"{label} (β {betas[label]:.2f})")
+        ax.plot(np.arange(1, len(t["max"]) + 1), t["max"], linewidth=1, label=f"{label} (β {betas[label]:.2f})",
+                color=color[label])
     ax2.set(title="RBCS-F, V sweep: largest virtual queue Z_max", xlabel="communication round",
             ylabel="Z_max (rounds owed)", xscale="log")
     ax3.set(title=f"RBCS-F, β sweep at V = {V_BETA:g}: largest virtual queue", xlabel="communication round",
@@ -243,8 +253,8 @@ def _figures(out: common.Outputs, rates: Dict[str, np.ndarray], traces: Dict[str
         accs = np.mean([np.asarray(e["curves"]["accuracy"], dtype=np.float64) for e in es], axis=0)
         k = max(1, len(accs) // 150)  # a running mean over ~1/150 of the run, so the curves can be told apart
         smooth = np.convolve(accs, np.ones(k) / k, mode="valid")
-        ax4.plot(clock[k - 1:], smooth, linewidth=1, label=label)
-    ax4.set(title="Global accuracy against simulated time (mean over seeds, running mean)",
+        ax4.plot(clock[k - 1:], smooth, linewidth=1, label=label, color=color[label], linestyle=style[label])
+    ax4.set(title="Global accuracy against simulated time\n(mean over seeds, running mean)",
             xlabel="simulated time (s)", ylabel="test accuracy", xscale="log")
     for ax in (ax1, ax2, ax3, ax4):
         ax.grid(alpha=0.3)

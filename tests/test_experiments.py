@@ -163,3 +163,16 @@ def test_qffl_keeps_finished_runs_and_max_minutes_zero_only_tabulates(tmp_path):
     for r in runs.values():
         assert r["status"] == "finished" and r["rounds_done"] == 4 and len(r["result"]["clients"]["accuracy"]) == 12
         assert [c["commit"] for c in r["chunks"]] == [commit]  # the commit each chunk ran at
+
+
+def test_a_smoke_run_keeps_out_of_the_real_runs_folder(tmp_path, monkeypatch):
+    """A smoke run with the default --out once shared the real run's folder, and its other config made
+    the evaluation start afresh there: the real run's finished episodes were deleted."""
+    monkeypatch.setattr(common, "RUNS_DIR", tmp_path)
+    real = tmp_path / "afl_rounds" / "default" / "episodes.jsonl"
+    real.parent.mkdir(parents=True)
+    real.write_text("a finished episode\n")
+    out = afl_rounds.main(["--smoke", "--no-progress"])
+    assert out == tmp_path / "afl_rounds" / "smoke"
+    assert (out / "table.md").is_file()
+    assert real.read_text() == "a finished episode\n"
