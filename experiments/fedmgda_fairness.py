@@ -19,7 +19,7 @@ Part B: the same federation with full participation (K = N = 20, so the attacker
 and the preset's local training (E = 2, B = 10); client 0 sends w_t + s·(w_k − w_t) (the env's
 ``adversary.update_scale``) for s ∈ ``SCALES``; the accuracy of FedAvg, q-FedAvg (q = 1) and
 FedMGDA+ (the defaults: ε = 1, η = 1, decayed by 0.89 every 100 rounds, so constant over this part's
-40 rounds).
+40 rounds), and FedMGDA+ at ε = 0.1 (Part C's free-rider-safe setting).
 
 Part C (issue #20): the ε sweep, with and without free riders. The paper (§5, Table 1) says ε interpolates
 between FedAvg (ε = 0, λ = λ0) and FedMGDA (ε = 1) and that in non-IID settings some intermediate ε give
@@ -52,7 +52,7 @@ BACKENDS_A = ["fedavg", "qfedavg:q=1", "fedmgda+:epsilon=1,global_lr=1.0,decay=0
               "fedmgda+:epsilon=0.1,global_lr=1.0,decay=0.5,decay_every=25"]
 ATTACK: Dict[str, Any] = {"preset": "default", "system": {"availability": 1.0}, "clients_per_round": 20,
                           "max_rounds": 40, "target_accuracy": 1.0}
-BACKENDS_B = ["fedavg", "qfedavg:q=1", "fedmgda+"]
+BACKENDS_B = ["fedavg", "qfedavg:q=1", "fedmgda+", "fedmgda+:epsilon=0.1"]  # ε = 0.1: issue #20, Part C
 SMOKE_OVERRIDES: Dict[str, Any] = {"preset": "tiny", "max_rounds": 3, "batch_size": 40}
 EPSILONS_C = [0.0, 0.05, 0.1, 0.3, 1.0]
 SEEDS_C = [0, 1, 2, 3, 4]

@@ -67,6 +67,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--rounds and --workers must be >= 1 and --seeds distinct integers >= 0")
     if args.smoke and args.publish:
         p.error("--smoke runs are not published")
+    if args.smoke and args.out == str(ROOT / "runs" / "robustness"):
+        args.out = str(ROOT / "runs" / "robustness" / "smoke")  # never in the real run's folders
     return args
 
 
