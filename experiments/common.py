@@ -14,7 +14,8 @@ Every script in ``experiments/`` regenerates one of SPEC §6's published results
    so the document only ever shows numbers a committed script produced.
 
 A run folder whose ``config.json`` matches is resumed (finished episodes are kept), so an
-interrupted script continues where it stopped; a changed config starts that part afresh.
+interrupted script continues where it stopped; a changed config starts that part afresh (the old part's
+files are moved to ``superseded-<time>/`` in its folder, not deleted).
 
 Every results JSON and table fragment records the git commit the script ran at (:func:`provenance`,
 taken when the script starts): ``commit``, and ``dirty`` / ``dirty_files`` — uncommitted changes to
@@ -114,7 +115,8 @@ def evaluate(out: Path, env: Mapping[str, Any], policies: Sequence[str], seeds: 
              ray: Optional[str] = None) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]], Any]:
     """Run one evaluation (:func:`fedsel_eval.run`, as evaluate.py does) into the run folder ``out``.
 
-    A folder of the same configuration is resumed; one of a different configuration is started afresh.
+    A folder of the same configuration is resumed; one of a different configuration is started afresh, its
+    old files moved to ``superseded-<time>/`` (``fedsel_eval.run``'s ``restart_if_changed``).
 
     :param env: env-config fields, with an optional ``preset`` (as an eval config file's ``env``).
     :param policies: ``--policy`` values (``random``, ``rbcsf:v=10``, ``favor=runs/.../model_dir``).

@@ -93,7 +93,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     :param resume: take up a folder that holds this same evaluation (its finished episodes are kept).
     :param overwrite: discard the evaluation a folder holds and start over.
     :param restart_if_changed: with ``resume``, a folder made by a different evaluation is started
-        over instead of refused (the reproduction scripts' rule: a changed config reruns its part).
+        over instead of refused (the reproduction scripts' rule: a changed config reruns its part); the
+        old evaluation's files are moved to ``superseded-<UTC time>/`` inside it, not deleted.
     :param workers: worker processes for the episodes (1 = this process; the records are the same).
     :param ray: run the episodes as Ray tasks instead: ``"local"`` (start Ray on this machine), ``"auto"``
         or a cluster address (:mod:`.ray_executor`; the records are the same).
@@ -120,6 +121,9 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     except ValueError:
         if not (restart_if_changed and resume and not overwrite):
             raise
+        kept = RunFolder.set_aside(out)
+        if kept is not None:
+            say(f"note: {out} held a different evaluation; its files were moved to {kept}")
         folder = RunFolder.open(out, plan.record(), overwrite=True)
     cfg = plan.env_config
     say(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "

@@ -40,8 +40,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
 
     :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
         from round 0, round time, fraction of improved participants, responders, the clients selected),
-        ``clients``
-        (final per-client accuracies, participation counts, sample counts) and bookkeeping; with a
+        ``clients`` (final per-client accuracies, participation counts, sample counts) and bookkeeping; with a
         vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).
     """
     start = time.perf_counter()

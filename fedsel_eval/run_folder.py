@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -77,6 +78,25 @@ class RunFolder:
         run.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(stored, json.dumps(jsonable(config), indent=2) + "\n")
         return run
+
+    @staticmethod
+    def set_aside(path: Path) -> Optional[Path]:
+        """Move the evaluation files of the run folder ``path`` into ``path/superseded-<UTC time>/`` (so a
+        run that starts the folder over loses nothing); return that folder, or None if there was nothing."""
+        path = Path(path)
+        names = [n for n in (CONFIG_FILE, EPISODES_FILE) + TABLE_FILES + PLOT_FILES if (path / n).is_file()]
+        if not names:
+            return None
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        dest = path / f"superseded-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = path / f"superseded-{stamp}-{n}"
+        dest.mkdir()
+        for name in names:
+            os.replace(path / name, dest / name)
+        return dest
 
     def read_episodes(self) -> List[Dict[str, Any]]:
         """The finished episodes; a last line cut short by a crash is dropped from the file."""

@@ -404,3 +404,22 @@ def test_evaluation_env_takes_the_models_pca_size(trained_favor_d3):
     # a value the user sets wins, and a model that cannot act there is refused, naming the field
     with pytest.raises(ValueError, match=r"d=4\).*pca_components"):
         ev.make_plan(env="tiny", policies=[str(trained_favor_d3)], rounds=2, env_overrides={"pca_components": 4})
+
+
+def test_restart_if_changed_sets_the_old_evaluation_aside(tmp_path):
+    """A folder of another config is started over (the reproduction scripts' rule), but its finished
+    episodes are moved to superseded-<time>/, not deleted (a smoke run once wiped an hour-long run)."""
+    out = tmp_path / "run"
+    env = {"preset": "tiny", "max_rounds": 2}
+    ev.run(out, env=env, policies=["random"], seeds=[0], resume=True, restart_if_changed=True, plots=False)
+    first = (out / "episodes.jsonl").read_text()
+    lines = []
+    ev.run(out, env={**env, "max_rounds": 3}, policies=["random"], seeds=[0], resume=True, restart_if_changed=True,
+           plots=False, log=lines.append)
+    kept = list(out.glob("superseded-*"))
+    assert len(kept) == 1 and (kept[0] / "episodes.jsonl").read_text() == first
+    assert any("moved to" in line for line in lines)
+    new = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(new) == 1 and new[0]["metrics"]["rounds"] == 3
+    with pytest.raises(ValueError, match="different evaluation"):  # without the flag it is still refused
+        ev.run(out, env=env, policies=["random"], seeds=[0], resume=True, plots=False)
