@@ -156,7 +156,7 @@ def main(argv: Sequence[str] = None) -> Path:
                                     "zmax_at_T": at[1.0].tolist(), "zmax_growth_q4_minus_q3": growth.tolist(),
                                     "zmax_largest": zmax.max(1).tolist()}
         qrows.append([label, f"{beta:.2f}", f"{at[0.1].mean():.2f}", f"{at[0.5].mean():.2f}",
-                      f"{at[1.0].mean():.2f}", f"{zmax.max(1).mean():.2f}", _paired(growth, [0] * len(growth)).text("+.2f"),
+                      f"{at[1.0].mean():.2f}", f"{zmax.max(1).mean():.2f}", common.t_interval(growth).text("+.2f"),
                       f"{beta - at[1.0].mean() / rounds:.3f}", f"{rate.min(1).mean():.3f}"])
     numbers["mean_queue_traces"] = traces
     table = common.md_table(["policy", "β", "mean round time (s)", f"time for {rounds} rounds (s)",
