@@ -61,19 +61,23 @@ def main(argv: Sequence[str] = None) -> Path:
         r_cap = np.array([e["metrics"]["rounds_to_target"] if e["reached"] else cap for e in rnd])
         a_cap = np.array([e["metrics"]["rounds_to_target"] if e["reached"] else cap for e in afl])
         change = 100.0 * (a_cap.mean() / r_cap.mean() - 1.0)  # negative: afl needs fewer rounds
+        diff = common.t_interval((a_cap - r_cap).tolist())  # paired by seed, Student-t 95%
         faster = int(np.sum(a_cap < r_cap))
         slower = int(np.sum(a_cap > r_cap))
-        rows.append([label, common.rounds_cell(rnd, cap), common.rounds_cell(afl, cap), f"{change:+.0f}%",
+        rows.append([label, common.rounds_cell(rnd, cap), common.rounds_cell(afl, cap), diff.text("+.1f"),
+                     f"{change:+.0f}%",
                      f"{faster} / {slower} / {len(seeds) - faster - slower}",
                      f"{np.mean([e['metrics']['final_accuracy'] for e in rnd]):.3f} / "
                      f"{np.mean([e['metrics']['final_accuracy'] for e in afl]):.3f}"])
         numbers[label] = {"cap": cap, "random_rounds": r_cap.tolist(), "afl_rounds": a_cap.tolist(),
                           "random_reached": [bool(e["reached"]) for e in rnd],
-                          "afl_reached": [bool(e["reached"]) for e in afl], "change_in_mean_rounds_percent": change}
+                          "afl_reached": [bool(e["reached"]) for e in afl], "change_in_mean_rounds_percent": change,
+                          "afl_minus_random": {"mean": diff.mean, "lo": diff.lo, "hi": diff.hi, "n": diff.n}}
         curves.append((label, plan.env_config["target_accuracy"], rnd, afl))
     table = common.md_table(["federation", "random: rounds to Ω", "afl: rounds to Ω",
+                             "afl − random, paired [95% CI]",
                              "afl's change in mean rounds (paper: −20% to −70%)", "seeds afl faster / slower / tied",
-                             "final accuracy (random / afl)"], rows, align="lrrrrr")
+                             "final accuracy (random / afl)"], rows, align="lrrrrrr")
     note = (f"Rounds to the target Ω (mean ± std over seeds {seeds[0]}–{seeds[-1]}; common random numbers). "
             f"The change in mean rounds counts an episode that never reached Ω at its round cap.\n")
     _figure(out, curves)
