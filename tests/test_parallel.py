@@ -46,6 +46,45 @@ def _episode(workers, aggregator="fedavg", seed=3, rounds=4):
         env.close()
 
 
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2:].split()[1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads parent pids from Linux's /proc")
+def test_workers_are_not_forked_from_this_process():
+    """Issue #33: the workers come from a forkserver (a clean process), never from a fork of the env's process."""
+    assert parallel.start_method() in ("forkserver", "spawn")
+    pool = WorkerPool(1)
+    try:
+        assert pool.start_method == parallel.start_method() != "fork"
+        if pool.start_method == "forkserver":
+            assert _ppid(pool._procs[0].pid) != os.getpid()  # the server's child, not ours
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (bench/gpu_check.sh runs it on one)"))])
+def test_a_workers_env_after_autograd_in_this_process(device, split_everything):
+    """Issue #33's failure: autograd run in this process (on a GPU, its device threads) before a ``workers: 2``
+    env is built. Forked workers then died with "Unable to handle autograd's threading in combination with
+    fork-based multiprocessing" (seen on an H100 host; on a CPU autograd starts no device threads, so there
+    the case passes with fork too). The workers' episode must still be the one-process episode."""
+    w = torch.randn(8, 8, device=device, requires_grad=True)
+    (w @ w).sum().backward()
+    assert w.grad is not None
+    one, w1 = _episode(1, rounds=2)
+    two, w2 = _episode(2, rounds=2)
+    for (o1, a1, _, s1), (o2, a2, _, s2) in zip(one, two):
+        np.testing.assert_allclose(o1, o2, rtol=1e-4, atol=1e-4)
+        assert a1 == pytest.approx(a2, abs=1e-9)
+        if s1 is not None:
+            np.testing.assert_array_equal(s1, s2)
+    torch.testing.assert_close(w1, w2, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("aggregator", ["fedavg", "qfedsgd"])
 def test_two_workers_give_the_one_process_episode(aggregator, split_everything):
     one, w1 = _episode(1, aggregator)

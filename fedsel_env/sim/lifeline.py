@@ -61,6 +61,19 @@ def die_with_parent(parent_pid: int, forked_from_main_thread: bool) -> None:
     watch(parent_pid, is_parent=True)
 
 
+def die_with_grandparent(pid: int) -> None:
+    """In a forkserver's child: end with the server (prctl; it forks from its main thread) and with
+    process ``pid`` (the one that asked for this child, watched by pid and start time)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() == 1:  # the server died before prctl took effect
+        os._exit(1)
+    watch(pid)
+
+
 def watch(pid: int, is_parent: bool = False, interval: float = INTERVAL) -> threading.Thread:
     """Start a daemon thread that ends this process (``os._exit(1)``) once process ``pid`` has ended.
 

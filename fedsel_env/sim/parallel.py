@@ -3,8 +3,8 @@
 On a CPU the batched ``vmap`` training of SPEC §3.4 gains nothing for the CNNs (a K = 10
 vmapped step costs what 10 single steps cost, ``bench/vmap_batching.py``), and one process
 at batch 10 cannot keep two cores busy. With ``workers: P`` the env splits each round's
-clients into P groups, trains group 0 in its own process and groups 1..P-1 in P-1 forked
-worker processes, each with one torch thread, at the same time. The same split serves the
+clients into P groups, trains group 0 in its own process and groups 1..P-1 in P-1 worker
+processes, each with one torch thread, at the same time. The same split serves the
 profiling round, the loss passes (F_k for the listed clients), the full-batch gradients of
 q-FedSGD, and the evaluation on every client's test split (cut into P row ranges).
 
@@ -13,8 +13,14 @@ episode, round and client id), so the split changes no result beyond float round
 batched kernels: ``tests/test_parallel.py`` checks that ``workers: 2`` gives the same models as
 ``workers: 1`` to float tolerance, and the same selections, accuracies and rewards step by step.
 
-Workers are forked (Linux's ``fork`` start method) and receive the federation's tensors once per
-federation through shared memory. They exit with the env (``env.close()``) or with this process,
+Workers are never forked from the env's process (issue #33): a process that has run autograd on a
+GPU (or initialised CUDA) cannot be forked safely — the child's first backward pass fails with "Unable
+to handle autograd's threading in combination with fork-based multiprocessing" — and a user may train on
+``cuda`` and then build a ``workers`` env in the same process. They come from multiprocessing's
+``forkserver`` (:func:`start_method`; ``spawn`` where there is none): a clean server process, started
+once per process, that has imported this module (torch with it) and forks each worker from itself. A
+pool then starts in well under a second after the first (which starts the server, ~2 s). Workers
+receive the federation's tensors once per federation through shared memory. They exit with the env (``env.close()``) or with this process,
 however it ends: a SIGKILL'ed or SIGTERM'ed parent runs no clean-up, so each worker watches its parent
 itself (:mod:`.lifeline`; ``tests/test_parallel.py`` kills parents and counts what is left).
 """
@@ -35,15 +41,34 @@ from . import lifeline
 from .training import BatchedTrainer
 
 
+def start_method() -> str:
+    """The start method of the workers: ``forkserver`` where the platform has it, else ``spawn``; never
+    ``fork`` (see the module's docstring)."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+def _context():
+    ctx = mp.get_context(start_method())
+    if ctx.get_start_method() == "forkserver":
+        # the server imports torch and the trainer once; each worker is forked from it, not from the env's process.
+        # (If a forkserver already runs in this process, e.g. fedsel_eval's, it is used and imports on demand.)
+        ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def _worker_main(conn, parent_pid: int, forked_from_main_thread: bool, inherited: Sequence[Any]) -> None:
     """A worker's loop: ("setup", key, trainer kwargs, test x, test y) then ("call", key, method, args).
 
-    It ends with its parent however the parent ends (:mod:`.lifeline`), and closes its copies of the
-    parent's pipe ends (``inherited``), so that a parent's death also reads as the end of the pipe.
+    It ends with the env's process (``parent_pid``) however that ends (:mod:`.lifeline`), and closes its
+    copies of the parent's pipe ends (``inherited``, a fork's only), so that a parent's death also reads as
+    the end of the pipe.
     """
     for c in inherited:
         c.close()
-    lifeline.die_with_parent(parent_pid, forked_from_main_thread)
+    if os.getppid() == parent_pid:  # forked by the env's process itself (the 'fork' start method)
+        lifeline.die_with_parent(parent_pid, forked_from_main_thread)
+    else:  # a forkserver's child: the server is the parent (prctl ties the worker to it), the env's process is watched
+        lifeline.die_with_grandparent(parent_pid)
     torch.set_num_threads(1)
     current: Dict[str, Any] = {}
     while True:
@@ -83,24 +108,23 @@ def _worker_main(conn, parent_pid: int, forked_from_main_thread: bool, inherited
 
 
 class WorkerPool:
-    """``size`` forked worker processes, each answering one request at a time over a pipe.
-
-    :raises ValueError: where the ``fork`` start method does not exist (Windows): use ``workers: 1``.
-    """
+    """``size`` worker processes (started by :func:`start_method`), each answering one request at a time
+    over a pipe."""
 
     _key_lock = threading.Lock()
     _next_key = 0
 
     def __init__(self, size: int) -> None:
-        if "fork" not in mp.get_all_start_methods():
-            raise ValueError("workers > 1 needs the 'fork' start method (Linux); set workers: 1 on this platform")
-        ctx = mp.get_context("fork")
+        ctx = _context()
+        self.start_method = ctx.get_start_method()
+        forks = self.start_method == "fork"
         self.size = int(size)
         self._conns, self._procs = [], []
         main_thread = threading.current_thread() is threading.main_thread()  # see lifeline.die_with_parent
         for _ in range(self.size):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(child, os.getpid(), main_thread, [*self._conns, parent]),
+            inherited = [*self._conns, parent] if forks else []
+            proc = ctx.Process(target=_worker_main, args=(child, os.getpid(), main_thread, inherited),
                                daemon=True, name="fedsel-worker")
             proc.start()
             child.close()
