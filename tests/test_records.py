@@ -1,0 +1,80 @@
+"""The record format (fedsel_eval.records) and its recomputation (python -m fedsel_eval.recompute, #34)."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedsel_eval import recompute, records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(tmp_path):
+    rec = records.Record("toy", config={"cap": 30})
+    c0 = rec.chunk({"commit": "a" * 40, "dirty": False, "dirty_files": []}, note="first piece")
+    c1 = rec.chunk({"commit": "b" * 40, "dirty": False, "dirty_files": []}, note="resumed")
+    rng = np.random.default_rng(0)
+    for seed in range(6):
+        rec.add_row(c0 if seed < 3 else c1, policy="random", training_seed=None, seed=seed, rounds=20 + seed,
+                    reached=True, final_accuracy=0.9)
+        for ts in range(3):
+            rec.add_row(c1, policy="trained", training_seed=ts, seed=seed,
+                        rounds=float(18 + seed + ts + rng.integers(0, 3)), reached=True, final_accuracy=0.9)
+    return rec
+
+
+def test_summaries_are_the_statistics_they_name(tmp_path):
+    rec = _record(tmp_path)
+    rows = rec.rows
+    rand = np.array([r["rounds"] for r in rows if r["policy"] == "random"])
+    tr = np.array([[r["rounds"] for r in rows if r["policy"] == "trained" and r["seed"] == s] for s in range(6)])
+    cond = rec.summarise("trained − random (conditional)", "paired_t", "rounds",
+                         where={"policy": "trained"}, minus={"policy": "random"})
+    d = tr.mean(1) - rand  # the training seeds averaged per episode seed
+    lo, hi = stats.t.interval(0.95, 5, loc=d.mean(), scale=d.std(ddof=1) / np.sqrt(6))
+    assert cond["n"] == 6 and cond["mean"] == pytest.approx(d.mean()) and cond["lo"] == pytest.approx(lo)
+    assert cond["hi"] == pytest.approx(hi)
+    across = rec.summarise("trained − random (across training seeds)", "paired_t_across", "rounds",
+                           where={"policy": "trained"}, minus={"policy": "random"})
+    per = (tr - rand[:, None]).mean(0)  # one mean difference per training seed
+    lo, hi = stats.t.interval(0.95, 2, loc=per.mean(), scale=per.std(ddof=1) / np.sqrt(3))
+    assert across["n"] == 3 and across["lo"] == pytest.approx(lo) and across["hi"] == pytest.approx(hi)
+    assert across["mean"] == pytest.approx(cond["mean"])  # same point estimate, wider interval
+    assert across["hi"] - across["lo"] > cond["hi"] - cond["lo"]
+    assert rec.summarise("sd ddof 0", "std", "rounds", ddof=0, where={"policy": "random"}) == pytest.approx(rand.std())
+    assert rec.summarise("sd ddof 1", "std", "rounds", ddof=1, where={"policy": "random"}) == pytest.approx(
+        rand.std(ddof=1))
+    assert rec.summarise("n", "count", where={"policy": "random"}) == 6
+
+
+def test_pairing_asserts_both_sides_hold_the_same_seeds(tmp_path):
+    rec = _record(tmp_path)
+    rec.add_row("c1", policy="random", seed=99, rounds=30, reached=False)
+    with pytest.raises(ValueError, match="same .*seed"):
+        rec.summarise("d", "paired_t", "rounds", where={"policy": "trained"}, minus={"policy": "random"})
+
+
+def test_recompute_passes_a_true_record_and_fails_a_changed_figure(tmp_path, capsys):
+    rec = _record(tmp_path)
+    rec.summarise("mean", "mean", "rounds", where={"policy": "random"})
+    rec.summarise("d", "paired_t", "rounds", where={"policy": "trained"}, minus={"policy": "random"})
+    path = rec.write(tmp_path / "toy.json", written_by={"commit": None, "dirty": None})
+    assert recompute.main([str(path)]) == 0
+    assert "recomputed 4 figures in 2 summaries" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    data["summaries"][1]["value"]["lo"] -= 0.01  # a figure that the rows do not give
+    path.write_text(json.dumps(data))
+    assert recompute.main([str(path)]) == 1
+    assert "DIFFERS d:" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_record_is_refused_by_name(tmp_path, capsys):
+    bad = tmp_path / "legacy.json"
+    bad.write_text(json.dumps({"commit": "x", "results": {"mean": 1}}))
+    assert recompute.main([str(bad)]) == 1
+    assert "legacy.json: ERROR" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="chunk 'c9'"):
+        records.Record("x", {}).add_row("c9", policy="p", seed=0)
+
