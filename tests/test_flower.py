@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 import torch
 
-flwr = pytest.importorskip("flwr")  # the optional extra: pip install ".[flower]"
-ray = pytest.importorskip("ray")
+flwr = pytest.importorskip("flwr", reason="the optional extra 'flower' is not installed: pip install '.[flower]'")
+ray = pytest.importorskip("ray", reason="the optional extra 'flower' (flwr[simulation], which brings ray) is not "
+                                        "installed: pip install '.[flower]'")
 
 from flwr.app import ArrayRecord  # noqa: E402
 from flwr.simulation import run_simulation  # noqa: E402

@@ -59,6 +59,7 @@ def test_reward_is_a_float32_vector_in_reward_space(mo_env):
 
 
 def test_objectives_and_a_weighted_sum_match_a_hand_computation(mo_env):
+    pytest.importorskip("mo_gymnasium", reason="the optional extra 'mo' is not installed: pip install '.[mo]'")
     from mo_gymnasium.wrappers import LinearReward
 
     weights = np.array([10.0, 0.05, 2.0])
@@ -88,7 +89,7 @@ def test_mo_gymnasium_wrappers_and_gymnasium_checker(mo_env):
     """MO-Gymnasium's tests run Gymnasium's ``check_env`` over ``LinearReward(env)``; under Gymnasium 1.4
     that fails for MO-Gymnasium's own envs too (``LinearReward`` puts one weight array in every
     ``info``: "infos ... share an object"), so the checker runs over the env itself here."""
-    mo_gym = pytest.importorskip("mo_gymnasium")
+    mo_gym = pytest.importorskip("mo_gymnasium", reason="the optional extra 'mo' is not installed: pip install '.[mo]'")
     from gymnasium.utils.env_checker import check_env
     from mo_gymnasium.wrappers import MORecordEpisodeStatistics
     from mo_gymnasium.wrappers.vector import MOSyncVectorEnv

@@ -13,7 +13,7 @@ import pytest
 import fedsel_eval
 from fedsel_eval import run_folder
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason="the optional extra 'ray' is not installed: pip install '.[ray]'")
 pytestmark = pytest.mark.filterwarnings("ignore:Tip. In future versions of Ray:FutureWarning")
 
 REPO = Path(__file__).resolve().parent.parent

@@ -148,6 +148,7 @@ def test_fl_metrics_callback_from_a_config_is_not_doubled():
 
 def test_rl_zoo3_trains_dqn_from_configs_and_logs_the_fl_metrics(tmp_path):
     """The command of issue #16, verbatim but for a short run: rl-zoo3's own train script, configs/dqn.yml."""
+    pytest.importorskip("rl_zoo3", reason="the optional extra 'zoo' is not installed: pip install '.[zoo]'")
     _zoo(["rl_zoo3.train", "--algo", "dqn", "--env", "fedsel/FedSelect-Tiny-v0", "--gym-packages", "fedsel_env",
           "-conf", str(CONFIG_DIR / "dqn.yml"), "-n", "60", "-f", "logs", "-tb", "tb", "--seed", "0"], tmp_path)
     assert (tmp_path / "logs/dqn/fedsel-FedSelect-Tiny-v0_1/fedsel-FedSelect-Tiny-v0.zip").is_file()
@@ -162,6 +163,7 @@ def test_rl_zoo3_trains_dqn_from_configs_and_logs_the_fl_metrics(tmp_path):
 def test_zoo_optimizes_favor_in_fedsels_search_space(tmp_path):
     """python -m agents.training.zoo: --algo favor with configs/favor.yml (the default -conf), 2 Optuna trials
     of 60 steps; both complete (a trial whose evaluation env were not the entry's would be pruned)."""
+    pytest.importorskip("rl_zoo3", reason="the optional extra 'zoo' is not installed: pip install '.[zoo]'")
     import pandas as pd
 
     from agents.training.zoo import NET_ARCHS
@@ -178,7 +180,8 @@ def test_zoo_optimizes_favor_in_fedsels_search_space(tmp_path):
 
 
 def test_search_space_gives_arguments_of_the_algorithm():
-    import optuna
+    optuna = pytest.importorskip("optuna", reason="the optional extra 'zoo' (which brings optuna) is not "
+                                                  "installed: pip install '.[zoo]'")
 
     from agents.favor import DoubleDQN
     from agents.training.hyperparams import accepted_arguments
