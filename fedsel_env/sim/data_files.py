@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import gzip
 import os
-import pickle
 import zlib
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from .safe_pickle import NUMPY_GLOBALS, RefusedGlobal, restricted_load
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -187,12 +188,16 @@ def concat_idx_cached(keys: Tuple[Tuple[str, int, int], ...]) -> Tuple[np.ndarra
 
 
 def _read_pickle(path: str):
-    """One CIFAR-10 batch (the official python pickle; read only from local files the user points at)."""
+    """One CIFAR-10 batch (the official python pickle), read by a restricted unpickler: numpy arrays,
+    dicts, lists, strings, bytes and numbers only, so a crafted file cannot run code."""
     try:
         with open(path, "rb") as f:
-            return pickle.load(f, encoding="bytes")
+            return restricted_load(f, NUMPY_GLOBALS, encoding="bytes")
     except OSError as e:
         raise ValueError(f"cannot read data file {path!r}: {e.strerror or e}") from None
+    except RefusedGlobal as e:
+        raise ValueError(f"data file {path!r} is not a CIFAR-10 batch: {e}; refused. Use the official batches "
+                         f"(dataset_params={{'root': '<folder>', 'download': True}} fetches them)") from None
     except Exception as e:  # a cut or garbled pickle: EOFError, UnpicklingError, ValueError, ...
         raise damaged(path, f"not a readable CIFAR-10 pickle ({type(e).__name__}: {e})") from None
 
