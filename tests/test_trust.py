@@ -55,3 +55,31 @@ def test_cifar_batch_with_a_payload_is_refused_without_running_it(tmp_path):
     with pytest.raises(ValueError, match=r"data_batch_2.*io\.open.*refused"):
         _build_cifar(tmp_path)
     assert not marker.exists()
+
+
+# --- rl-zoo3 config files -----------------------------------------------------------------------------
+@pytest.mark.parametrize("key", ["policy_kwargs", "normalize"])
+def test_zoo_does_not_eval_strings_of_its_config_file(tmp_path, key):
+    """rl-zoo3 ``eval``s string-valued policy_kwargs / normalize / ... of ``-conf``; ``agents.training.zoo`` refuses."""
+    pytest.importorskip("rl_zoo3", reason="the optional extra 'zoo' is not installed: pip install '.[zoo]'")
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w')"
+    value = f"dict(net_arch=[8], x={code})" if key == "policy_kwargs" else code
+    conf = tmp_path / "conf.yml"
+    conf.write_text(yaml.safe_dump({"fedsel/FedSelect-Tiny-v0": {
+        "policy": "MlpPolicy", "n_timesteps": 50, "learning_starts": 10,
+        "env_kwargs": {"action_mode": "one", "observation": "flat", "flat_parts": ["weights"]}, key: value}}))
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "agents.training.zoo", "--algo", "favor", "--env",
+                          "fedsel/FedSelect-Tiny-v0", "-conf", str(conf), "-f", str(tmp_path / "logs"),
+                          "--num-threads", "1", "--verbose", "0"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert not marker.exists()
+    assert out.returncode != 0
+    assert key in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -26,6 +26,7 @@ Importing this module changes rl-zoo3's tables in this process only (rl-zoo3 its
 """
 from __future__ import annotations
 
+import reprlib
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -70,6 +71,32 @@ def convert_fedsel_dqn_params(params: Dict[str, Any]) -> Dict[str, Any]:
     return kwargs
 
 
+#: the entry keys whose string values rl-zoo3 2.9.2 passes to ``eval`` (``exp_manager.py``, ``utils.py``)
+EVAL_KEYS = ("policy_kwargs", "replay_buffer_class", "replay_buffer_kwargs", "monitor_kwargs", "normalize")
+
+
+def literal_hyperparams(hp: Dict[str, Any]) -> Dict[str, Any]:
+    """A config entry with no string left for rl-zoo3 to ``eval``: ``policy_kwargs`` parsed as literals
+    (``dict(net_arch=[64], activation_fn=nn.ReLU)``, as ``train_agent.py`` does), the other keys of
+    :data:`EVAL_KEYS` refused as strings (write them as YAML mappings).
+
+    :raises ValueError: naming the key, for a string that is not ``dict(key=literal, ...)``.
+    """
+    from .hyperparams import parse_policy_kwargs
+
+    out = dict(hp)
+    for key in EVAL_KEYS:
+        value = out.get(key)
+        if not isinstance(value, str):
+            continue
+        if key == "policy_kwargs":
+            out[key] = parse_policy_kwargs(value)
+        else:
+            raise ValueError(f"hyper-parameter {key} = {reprlib.repr(value)} is a string, which rl-zoo3 would run "
+                             f"as Python code; write it as a YAML mapping (e.g. {key}: {{norm_obs: true}})")
+    return out
+
+
 def experiment_manager_class() -> type:
     """rl-zoo3's ``ExperimentManager`` whose evaluation envs take the config entry's ``env_kwargs`` (unless
     ``--eval-env-kwargs`` is given), as its training envs do."""
@@ -77,6 +104,7 @@ def experiment_manager_class() -> type:
 
     class FedSelectExperimentManager(ExperimentManager):
         def _preprocess_hyperparams(self, hyperparams: Dict[str, Any]) -> Any:
+            hyperparams = literal_hyperparams(hyperparams)  # rl-zoo3 would eval() these strings
             out = super()._preprocess_hyperparams(hyperparams)  # sets self.env_kwargs from the entry
             if self._eval_env_kwargs_args is None:
                 self.eval_env_kwargs = self.env_kwargs
@@ -122,4 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as e:
+        sys.exit(f"agents.training.zoo: error: {e}")
