@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .captured import CapturedTrainer, capture_default
 from .linear_sgd import linear_layer, train_linear
 
 
@@ -74,6 +75,9 @@ class BatchedTrainer:
     :param analytic_linear: train a single-``nn.Linear`` model on the CPU with its gradient written out
         (:mod:`fedsel_env.sim.linear_sgd`: the same result bit for bit, ~20× faster a round); False keeps ``vmap``
         for every model (to compare the two). Other models and devices always use ``vmap``.
+    :param captured: run each round's steps in fixed shapes, replayed from CUDA graphs on a GPU
+        (:mod:`fedsel_env.sim.captured`, issue #33); ``None``: on CUDA (unless ``FEDSEL_CUDA_GRAPHS=0``), not on
+        the CPU; ``True`` on the CPU runs the same fixed-shape steps eagerly (the test of the structure).
 
     Everything runs on the device of ``x_train`` (the data, the stacked parameters, the masks); the
     minibatch plans are drawn on the host with numpy, so they are the same on every device.
@@ -82,7 +86,7 @@ class BatchedTrainer:
     def __init__(self, model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
                  train_offsets: np.ndarray, batch_size: int, lr: float, local_epochs: int = 1,
                  momentum: float = 0.0, chunk_clients: int = 128, gradient_chunk: Optional[int] = None,
-                 analytic_linear: bool = True) -> None:
+                 analytic_linear: bool = True, captured: Optional[bool] = None) -> None:
         self.model = model
         self.layout = ParamLayout(model)
         self.x, self.y = x_train, y_train
@@ -93,6 +97,10 @@ class BatchedTrainer:
         self.device = x_train.device
         # (weight, bias) names when local SGD can run in closed form (verified bit for bit on the CPU only)
         self.linear = linear_layer(model, x_train) if analytic_linear and self.device.type == "cpu" else None
+        if captured is None:
+            captured = capture_default(self.device)
+        self.captured = (CapturedTrainer(self, capture=self.device.type == "cuda") if captured and self.linear is None
+                         else None)
 
         model_ref = model
 
@@ -167,6 +175,10 @@ class BatchedTrainer:
             train_linear(self.layout.unflatten(flat), *self.linear, self.x, self.y, idx.to(self.device),
                          mask.to(self.device), self.layout.unflatten(global_flat), self.lr, self.momentum, prox_mu)
             return flat
+        if self.captured is not None:
+            out = self.captured.train_chunk(global_flat, idx, mask, prox_mu)
+            if out is not None:  # None: capturing failed (warned once); the eager path below
+                return out
         active_steps = mask.sum(dim=2) > 0  # (S, K): which clients still have samples in each step
         all_active = active_steps.all(dim=1).tolist()  # on the host: no device sync inside the loop
         idx, mask, active_steps = idx.to(self.device), mask.to(self.device), active_steps.to(self.device)
