@@ -1,4 +1,4 @@
-"""Train a client-selection agent on FedSelect: FAVOR's Double DQN (SPEC §4) or a Stable-Baselines3 algorithm.
+"""Train a client-selection agent on FedSelect: FAVOR's Double DQN (docs/SPEC.md §4) or a Stable-Baselines3 algorithm.
 
     python train_agent.py --algo favor --env default                 # FAVOR on the default preset
     python train_agent.py --algo favor --env fedsel/FedSelect-Tiny-v0 --n-timesteps 400 --n-envs 2

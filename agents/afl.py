@@ -1,7 +1,7 @@
 """Active Federated Learning with the loss valuation (``afl``).
 
 J. Goetz, K. Malik, D. Bui, S. Moon, H. Liu, A. Kumar, "Active Federated
-Learning", arXiv:1909.12641, 2019 (seed 001). SPEC §4.
+Learning", arXiv:1909.12641, 2019 (seed 001). docs/SPEC.md §4.
 
 Each client holds a valuation of how useful training on it would be; AFL's loss
 valuation is the global model's summed loss over the client's data, scaled by

@@ -1,4 +1,4 @@
-"""The interface every selection agent offers: SB3's ``predict`` (SPEC §4).
+"""The interface every selection agent offers: SB3's ``predict`` (docs/SPEC.md §4).
 
 An agent is built from the problem's public :class:`~fedsel_env.spec.SelectionSpec`
 and reads everything else from the observation, as a real server would. Subclasses

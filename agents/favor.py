@@ -1,4 +1,4 @@
-"""FAVOR: client selection by Double DQN (SPEC §4; seed 002).
+"""FAVOR: client selection by Double DQN (docs/SPEC.md §4; seed 002).
 
 Hao Wang, Zakhary Kaplan, Di Niu, Baochun Li, "Optimizing Federated Learning on
 Non-IID Data with Reinforcement Learning", IEEE INFOCOM 2020. The Double DQN is

@@ -3,11 +3,11 @@
 T. Nishio, R. Yonetani, "Client Selection for Federated Learning with
 Heterogeneous Resources in Mobile Edge", IEEE ICC 2019; in the form RBCS-F
 (Huang et al., IEEE TPDS 2021, seed 004) compares against: a greedy choice of the
-fastest clients, with no fairness term. SPEC §4.
+fastest clients, with no fairness term. docs/SPEC.md §4.
 
 FedCS assumes the server can estimate each client's update-and-upload time from
 the resource information it reports. Here a client reports its context
-c_{t,n} = [1/μ, s, M/B] (SPEC §3.6) and the server has seen the exchange times
+c_{t,n} = [1/μ, s, M/B] (docs/SPEC.md §3.6) and the server has seen the exchange times
 τ of earlier rounds, so the estimate is learnt:
 
 * ``estimator="ridge"`` (default): per client, ridge regression of τ on c — the

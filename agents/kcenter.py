@@ -5,7 +5,7 @@ with Reinforcement Learning", IEEE INFOCOM 2020 (seed 002), §II and §III-B: ev
 device trains one epoch from the same initial weights; the local models' weights
 reveal the devices' data distributions. The K-Center baseline clusters the N
 devices' weight vectors into K groups by k-center and, each round, trains on one
-device drawn from each group. SPEC §4.
+device drawn from each group. docs/SPEC.md §4.
 
 The k-center clustering is Gonzalez's farthest-point greedy (T. F. Gonzalez,
 "Clustering to Minimize the Maximum Intercluster Distance", Theoretical Computer

@@ -16,7 +16,7 @@ the devices' data distributions, so grouping devices by k-center over those
 weights and training on one device per group each round covers the data better
 than uniform sampling. The k-center heuristic is Gonzalez's farthest-point greedy
 (T. F. Gonzalez, "Clustering to Minimize the Maximum Intercluster Distance",
-Theoretical Computer Science 38, 1985). SPEC §4.
+Theoretical Computer Science 38, 1985). docs/SPEC.md §4.
 
 The points are the clients' PCA rows of the first observation (rows 1..N of
 ``weights``: the profiling round's local models), fixed for the episode. A

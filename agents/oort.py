@@ -1,7 +1,7 @@
 """Oort's guided participant selection (``oort``).
 
 F. Lai, X. Zhu, H. V. Madhyastha, M. Chowdhury, "Oort: Efficient Federated
-Learning via Guided Participant Selection", USENIX OSDI 2021. SPEC §4. The
+Learning via Guided Participant Selection", USENIX OSDI 2021. docs/SPEC.md §4. The
 procedure follows the training selector of the authors' public code
 (SymbioticLab/Oort, ``oort/oort.py``: ``_training_selector.getTopK`` and ``pacer``).
 

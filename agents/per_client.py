@@ -4,7 +4,7 @@ Issue #19. The network (``agents/per_client_net.py``) gives every client a score
 a pooled summary of the federation; the agent selects the K available clients with the highest scores.
 Because no weight depends on N or on the clients' order, a model trained on one federation (or on
 many: ``federation_seed: null`` draws a new one each episode) runs on any other with the same PCA
-width d, at any N — FAVOR's flat Q-network cannot (SPEC §4).
+width d, at any N — FAVOR's flat Q-network cannot (docs/SPEC.md §4).
 
 Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerClientActorCriticPolicy`
 (``topk`` scores; the Gaussian's mean is used) and (Double) DQN with

@@ -1,10 +1,10 @@
 """A per-client, permutation-equivariant selection network, as Stable-Baselines3 policies (issue #19).
 
-FAVOR's Q-network (SPEC §4, seed 002) reads the flattened (N+1)·d state and outputs N values: it is
+FAVOR's Q-network (docs/SPEC.md §4, seed 002) reads the flattened (N+1)·d state and outputs N values: it is
 tied to one N, one client order and one federation, and learns the same function N times. Client
 selection is a ranking over a *set*. Here one small network scores every client from
 
-- its **token**: its PCA row relative to the global model's (FAVOR's state, SPEC §2), scaled by the
+- its **token**: its PCA row relative to the global model's (FAVOR's state, docs/SPEC.md §2), scaled by the
   set's spread, and the server's per-client record (``obs["clients"]``, ``fedsel_env.spec.CLIENT_FEATURES``),
   with losses, speeds and exchange times also as z-scores over the set;
 - a **pooled summary** of the federation (mean and max of the clients' embeddings, DeepSets: Zaheer

@@ -3,7 +3,7 @@
 Y. J. Cho, J. Wang, G. Joshi, "Client Selection in Federated Learning:
 Convergence Analysis and Power-of-Choice Selection Strategies", arXiv:2010.01243,
 2020 (AISTATS 2022 as "Towards Understanding Biased Client Selection in Federated
-Learning"). SPEC §4.
+Learning"). docs/SPEC.md §4.
 
 Each round:
 

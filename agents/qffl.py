@@ -1,7 +1,7 @@
 """The heuristic q-FFL agent: sample clients with probability ∝ n_k · F_k^q (``qffl``).
 
 T. Li, M. Sanjabi, A. Beirami, V. Smith, "Fair Resource Allocation in Federated
-Learning", ICLR 2020 (seed 000). SPEC §4.
+Learning", ICLR 2020 (seed 000). docs/SPEC.md §4.
 
 The q-FFL objective min_w Σ_k p_k/(q+1) · F_k^{q+1}(w) (p_k ∝ n_k) has gradient
 Σ_k p_k F_k^q ∇F_k: device k weighs in proportion to n_k F_k^q. This agent turns

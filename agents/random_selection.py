@@ -2,7 +2,7 @@
 
 McMahan et al., "Communication-Efficient Learning of Deep Networks from
 Decentralized Data", AISTATS 2017 (uniform); Li et al., "Fair Resource Allocation
-in Federated Learning", ICLR 2020 (∝ n_k). SPEC §4.
+in Federated Learning", ICLR 2020 (∝ n_k). docs/SPEC.md §4.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 T. Huang, W. Lin, W. Wu, L. He, K. Li, A. Y. Zomaya, "An Efficiency-boosting
 Client Selection Scheme for Federated Learning with Fairness Guarantee", IEEE
 Transactions on Parallel and Distributed Systems 32(7), 2021 (seed 004).
-SPEC §3.6 (the system model) and §4 (the agent).
+docs/SPEC.md §3.6 (the system model) and §4 (the agent).
 
 The exchange time of client n in round t is linear in a context the server sees
 before it selects (the C²MAB model, eq. 14):

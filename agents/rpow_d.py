@@ -6,7 +6,7 @@ computation- and communication-efficient variant of π_pow-d (``agents/pow_d.py`
 Each round d candidates are drawn ∝ n_k as in π_pow-d, but they are ranked by the
 loss each last reported (the ``loss`` feature: fresh for the clients that took part
 in the last round, stale for the others, every client's after the profiling round),
-so nobody is asked anything before the selection. SPEC §4.
+so nobody is asked anything before the selection. docs/SPEC.md §4.
 """
 from __future__ import annotations
 

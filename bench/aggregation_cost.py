@@ -1,4 +1,4 @@
-"""Aggregation cost per round against local-training cost (issue #3, SPEC §3.5).
+"""Aggregation cost per round against local-training cost (issue #3, docs/SPEC.md §3.5).
 
 For K = 10, 50, 100 responders on FedMGDA+'s Fashion-MNIST CNN (``fedmgda_cnn``,
 21,840 parameters), this times

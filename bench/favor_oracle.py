@@ -1,4 +1,4 @@
-"""What could a perfect FAVOR Q-function achieve? The one-step lookahead oracle (issue #5; SPEC §4).
+"""What could a perfect FAVOR Q-function achieve? The one-step lookahead oracle (issue #5; docs/SPEC.md §4).
 
 FAVOR trains its Double DQN in the ``one`` action mode (one client per round) and deploys it in
 ``topk`` (the K clients with the highest Q-values). The best a myopic one-mode Q-function can learn is

@@ -1,4 +1,4 @@
-"""How fast does FAVOR train, and is the trained agent useful? (issue #5; SPEC §4, §6)
+"""How fast does FAVOR train, and is the trained agent useful? (issue #5; docs/SPEC.md §4, §6)
 
 Part 1 (``speed``): training steps (= communication rounds) per second of FAVOR's Double DQN on the
 default preset, learning from the first step (so each measurement includes the env rounds, the

@@ -1,1 +1,1 @@
-"""Scripts that reproduce the five papers' headline results (SPEC §6); docs/REPRODUCTION.md shows them."""
+"""Scripts that reproduce the five papers' headline results (docs/SPEC.md §6); docs/REPRODUCTION.md shows them."""

@@ -92,7 +92,7 @@ def advance(spec: RunSpec, folder: Path, checkpoint_every: int, deadline: float 
     """Play ``spec`` on from its last checkpoint in ``folder`` until it ends, ``time.time()`` passes
     ``deadline`` or this call has played ``max_rounds`` rounds; checkpoint every ``checkpoint_every`` rounds.
 
-    :return: the outcome; a finished run's ``record`` has ``metrics`` (SPEC §5's per-client accuracy
+    :return: the outcome; a finished run's ``record`` has ``metrics`` (docs/SPEC.md §5's per-client accuracy
         summary, final accuracy, rounds, divergence), ``clients`` (final per-client accuracy,
         participation, sample counts), ``curve`` (the evaluated rounds' global accuracy and loss,
         variance ×10⁴, worst-10% and best-10% of the per-client accuracy) and ``model_sha256`` (the

@@ -1,7 +1,7 @@
 """FedMGDA+: improved participants per round with full-batch updates, and robustness to a scaled update.
 
 Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, "Federated Learning Meets Multi-objective Optimization", IEEE
-TNSE 2022 (arXiv:2006.11489; seed 003). SPEC §6: with full-batch local updates no participant's loss
+TNSE 2022 (arXiv:2006.11489; seed 003). docs/SPEC.md §6: with full-batch local updates no participant's loss
 increases after a round (100% "improved users" as the step decays); a client scaling its update or
 loss by a large factor does not move FedMGDA+ (normalisation), while FedAvg and q-FedAvg are pulled off.
 

@@ -1,6 +1,6 @@
 """Why the per-client selector does not beat pow_d: what its scores depend on, and the one-step bound.
 
-Issue #19 ("if the goal is not reached, the result as measured with the analysis of why"); SPEC §2 (the
+Issue #19 ("if the goal is not reached, the result as measured with the analysis of why"); docs/SPEC.md §2 (the
 state: the PCA rows and the server's per-client record), §4 (the agents: ``pow_d``, the per-client
 selector, FAVOR's one-step oracle), §6. ``experiments/per_client_study.py`` measured the selector
 (``agents/per_client_net.py``, trained as ``pc_dqn``) on held-out seeds: it beats random by about three

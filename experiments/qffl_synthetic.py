@@ -1,7 +1,7 @@
 """q-FFL on Synthetic(1, 1) at the paper's scale: per-device accuracy for q ∈ {0, 0.1, 1, 2, 5}, in resumable chunks.
 
 T. Li, M. Sanjabi, A. Beirami, V. Smith, "Fair Resource Allocation in Federated Learning", ICLR 2020
-(seed 000). SPEC §6: on Synthetic(1, 1) with 100 devices, q > 0 lowers the variance of per-device
+(seed 000). docs/SPEC.md §6: on Synthetic(1, 1) with 100 devices, q > 0 lowers the variance of per-device
 accuracy at about the same mean accuracy as q = 0 (FedAvg).
 
     python experiments/qffl_synthetic.py --max-minutes 110 --workers 2   # a piece of the grid; commit after

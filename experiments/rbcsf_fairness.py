@@ -1,7 +1,7 @@
 """RBCS-F on the heterogeneous-system preset in the long run: round time, participation, queues, accuracy.
 
 T. Huang, W. Lin, W. Wu, L. He, K. Li, A. Y. Zomaya, "An Efficiency-boosting Client Selection Scheme
-for Federated Learning with Fairness Guarantee", IEEE TPDS 32(7), 2021 (seed 004). SPEC §6: every
+for Federated Learning with Fairness Guarantee", IEEE TPDS 32(7), 2021 (seed 004). docs/SPEC.md §6: every
 client's long-run participation rate is ≥ β while the average round time lies between FedCS's
 (fastest, unfair) and random selection's; a larger V shortens training time and lengthens the queues
 before they settle. The paper's Fig. 5 adds: a fairer selection (larger β) gives a higher final accuracy.
@@ -9,7 +9,7 @@ before they settle. The paper's Fig. 5 adds: a fairer selection (larger β) give
     python experiments/rbcsf_fairness.py --workers 2          # the run of docs/REPRODUCTION.md (~45 min here)
     python experiments/rbcsf_fairness.py --smoke               # seconds: 8 clients, 6 rounds
 
-The ``hetero`` preset (SPEC §3.6's system model with the public re-implementation's four client
+The ``hetero`` preset (docs/SPEC.md §3.6's system model with the public re-implementation's four client
 classes, availability 0.8; 40 clients, m = 8 per round, digits, Dirichlet(0.5) labels) for ``ROUNDS``
 rounds (its 99% target is out of reach, so no episode stops early). Two sweeps of RBCS-F:
 

@@ -29,7 +29,7 @@ NAME = "round_cost"
 MODELS: List[Tuple[str, int, str]] = [("favor_cnn", 5, "the paper's setup (FAVOR's CNN, E = 5)"),
                                       ("fedmgda_cnn", 1, "FedMGDA+'s CNN, E = 1"),
                                       ("mlp", 1, "the MLP of favor_fmnist.py, E = 1")]
-#: The paper's published FMNIST rounds for FedAvg (SPEC §6), to turn a round's cost into an episode's.
+#: The paper's published FMNIST rounds for FedAvg (docs/SPEC.md §6), to turn a round's cost into an episode's.
 PAPER_ROUNDS = {"IID": 14, "σ = 0.8": 52, "σ = H": 1340}
 
 

@@ -1,4 +1,4 @@
-"""Action modes (SPEC §2): how an action names the clients of a round.
+"""Action modes (docs/SPEC.md §2): how an action names the clients of a round.
 
 - ``one``: ``Discrete(N)``, one client per round (FAVOR's training regime).
 - ``topk``: ``Box(N)`` of scores; the env takes the K highest-scoring *available* clients.

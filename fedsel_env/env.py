@@ -1,4 +1,4 @@
-"""FedSelect: the federated-learning process as one Gymnasium environment (SPEC §2).
+"""FedSelect: the federated-learning process as one Gymnasium environment (docs/SPEC.md §2).
 
 An episode is one FL training job: a fresh global model w_0, FAVOR's profiling round
 (every client trains one epoch; a PCA with d components is fitted on the N + 1 weight

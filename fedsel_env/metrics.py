@@ -1,4 +1,4 @@
-"""Accuracy and fairness metrics (SPEC §5), shared by the env's ``info`` and evaluate.py."""
+"""Accuracy and fairness metrics (docs/SPEC.md §5), shared by the env's ``info`` and evaluate.py."""
 from __future__ import annotations
 
 from typing import Dict

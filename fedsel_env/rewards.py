@@ -1,4 +1,4 @@
-"""Rewards by name (SPEC §2). A reward maps a :class:`RoundOutcome` to a float.
+"""Rewards by name (docs/SPEC.md §2). A reward maps a :class:`RoundOutcome` to a float.
 
 - ``favor`` (FAVOR, seed 002): r_t = Ξ^(acc_t − Ω) − 1, Ξ = 64, in (−1, 0] while acc_t ≤ Ω.
 - ``accuracy_gain``: scale · (acc_t − acc_{t−1}).

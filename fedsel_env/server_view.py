@@ -1,4 +1,4 @@
-"""The server's view (SPEC §2): what a real FL server knows of its clients, as the agents' observation.
+"""The server's view (docs/SPEC.md §2): what a real FL server knows of its clients, as the agents' observation.
 
 One definition, used by the env (``fedsel_env/env.py``), FAVOR's deployment (``agents/favor.py``)
 and the Flower strategy (``fedsel_flower/strategy.py``):
@@ -41,7 +41,7 @@ PCA_BYTES_PER_WEIGHT = 48.0
 
 
 class WeightPCA:
-    """FAVOR's fixed PCA of flat weights, fitted once on the profiling round (SPEC §2) and kept.
+    """FAVOR's fixed PCA of flat weights, fitted once on the profiling round (docs/SPEC.md §2) and kept.
 
     :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
     :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.

@@ -12,7 +12,7 @@ from typing import Tuple
 
 import numpy as np
 
-#: Columns of ``obs["clients"]`` (SPEC §2), in order.
+#: Columns of ``obs["clients"]`` (docs/SPEC.md §2), in order.
 CLIENT_FEATURES: Tuple[str, ...] = (
     "loss",                   # last reported training loss F_k(w_t') of the global model on k (stale if not selected)
     "loss_rms",               # sqrt(mean of squared per-sample losses) at the same time (Oort's statistical utility)

@@ -1,4 +1,4 @@
-"""Head-to-head evaluation of client-selection policies (SPEC §1, §5): the library behind ``evaluate.py``
+"""Head-to-head evaluation of client-selection policies (docs/SPEC.md §1, §5): the library behind ``evaluate.py``
 and ``experiments/``.
 
 It sits above both the env (``fedsel_env``) and the agents (``agents``): it builds agents and saved
@@ -21,7 +21,7 @@ step, and :func:`run`, which does them all in order:
    ``summary.csv``), PNG plots. Every file but the JSONL is written whole through a temp file and
    ``os.replace``.
 4. **Results** (:mod:`.results`, :mod:`.stats`, :mod:`.tables`, :mod:`.summary`): the per-episode
-   metrics of SPEC §5 (computed with :mod:`fedsel_env.metrics`); rounds and time to Ω, final accuracy
+   metrics of docs/SPEC.md §5 (computed with :mod:`fedsel_env.metrics`); rounds and time to Ω, final accuracy
    and the fairness metrics as means over seeds with 95% bootstrap CIs; paired differences against a
    reference policy (``random`` by default); a main table and a fairness table.
 5. **Plots** (:mod:`.plots`): the headline figure (to-target metrics with CIs, forest plot against the

@@ -1,7 +1,7 @@
 """Running an evaluation's episodes: one policy for one episode, in this process or in worker processes.
 
 Owns :func:`run_episode` (a policy acts from ``env.reset(seed=s)`` to the end; the record holds
-SPEC §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
+docs/SPEC.md §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
 each process, the unit of work of a worker (:func:`evaluate_task`), the worker processes
 (forkserver or spawn, ``torch_threads`` each; they end when the evaluating process ends, however it
 ends), and :func:`run_plan`, which runs what a run folder lacks on one of three executors (this
@@ -38,7 +38,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
     (``federation_seed: null``), the clients' sample counts n_k are that federation's, and an agent
     built before the reset would read the previous federation's.
 
-    :return: the episode record: ``metrics`` (SPEC §5), ``curves`` (per round: accuracy and clock
+    :return: the episode record: ``metrics`` (docs/SPEC.md §5), ``curves`` (per round: accuracy and clock
         from round 0, round time, fraction of improved participants, responders, the clients selected),
         ``clients`` (final per-client accuracies, participation counts, sample counts) and bookkeeping; with a
         vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).

@@ -1,4 +1,4 @@
-"""The summary of an evaluation: SPEC §5's per-episode metrics, averaged over seeds, as ``summary.csv``.
+"""The summary of an evaluation: docs/SPEC.md §5's per-episode metrics, averaged over seeds, as ``summary.csv``.
 
 Owns the metric table (:data:`METRICS`: key → short header and number format), mean ± standard
 deviation of every metric per (policy, backend) (:func:`summarise`), and the text of ``summary.csv``
@@ -18,7 +18,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .plan import EvalPlan
 
-#: Per-episode metrics (SPEC §5): key → (short header, number format). ``summary.csv`` has
+#: Per-episode metrics (docs/SPEC.md §5): key → (short header, number format). ``summary.csv`` has
 #: ``<key>_mean`` and ``<key>_std`` for each, ``episodes.csv`` every episode's value.
 METRICS: Dict[str, Tuple[str, str]] = {
     "rounds_to_target": ("rounds to Ω", ".1f"),

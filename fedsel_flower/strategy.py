@@ -4,18 +4,18 @@ A subclass of Flower's Message-API ``flwr.serverapp.strategy.FedAvg`` (H. B. McM
 E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas, "Communication-Efficient Learning of
 Deep Networks from Decentralized Data", AISTATS 2017). The profiling round and the PCA
 state are FAVOR's (H. Wang, Z. Kaplan, D. Niu, B. Li, "Optimizing Federated Learning on
-Non-IID Data with Reinforcement Learning", IEEE INFOCOM 2020; SPEC §2). Only two things
+Non-IID Data with Reinforcement Learning", IEEE INFOCOM 2020; docs/SPEC.md §2). Only two things
 change:
 
 - **who trains** (``configure_train``): instead of sampling nodes at random, the
   strategy builds the Dict observation a fedsel agent was trained on with the env's own
-  server view (:class:`fedsel_env.server_view.ServerView`, SPEC §2) from the clients' reports
+  server view (:class:`fedsel_env.server_view.ServerView`, docs/SPEC.md §2) from the clients' reports
   and its own contexts' estimates (:class:`ContextEstimate`), asks the
   agent (``predict``: any hand-written agent of ``agents``, a trained FAVOR model or a per-client one)
   and decodes its action with the env's action mode (``fedsel_env.actions``): the
   chosen clients' SuperNodes — and only they — get the ``train`` message;
 - **how their results are combined** (``aggregate_train``): by a fedsel aggregation
-  backend (``fedsel_env.sim.aggregators``, SPEC §3.5) on flat weights
+  backend (``fedsel_env.sim.aggregators``, docs/SPEC.md §3.5) on flat weights
   (``ClientUpdates``: w_t, the responders' local weights or full gradients, n_k, F_k(w_t)).
 
 Before round 1, :meth:`FedSelectStrategy.start` plays FAVOR's profiling round, as

@@ -6,7 +6,7 @@ with the generator the env uses for a fixed ``federation_seed``
 (``np.random.default_rng([federation_seed, 1])``), so Flower client ``k`` (its
 ``partition-id``) holds exactly the training and test rows of the env's client ``k``.
 
-Local training is the env's (SPEC §3.4) written for one client in plain PyTorch:
+Local training is the env's (docs/SPEC.md §3.4) written for one client in plain PyTorch:
 the minibatch plan comes from ``BatchedTrainer.batch_plan`` with the generator the
 env gives that client in that round (``default_rng([train_seed, round, client])``),
 so a Flower client and the simulator take the same SGD steps; E epochs of minibatch

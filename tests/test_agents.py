@@ -1,4 +1,4 @@
-"""Tests of the selection agents (SPEC §4, issue #4): each agent's rule checked on small cases by hand,
+"""Tests of the selection agents (docs/SPEC.md §4, issue #4): each agent's rule checked on small cases by hand,
 statistical checks of the randomised ones with fixed seeds, the shared contract (≤ K distinct available
 clients) as a property, and full episodes on the tiny preset with every aggregation backend."""
 from __future__ import annotations

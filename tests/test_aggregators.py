@@ -1,4 +1,4 @@
-"""Aggregation backends of SPEC §3.5 (issue #3): q-FedAvg, q-FedSGD, FedMGDA+, FedProx.
+"""Aggregation backends of docs/SPEC.md §3.5 (issue #3): q-FedAvg, q-FedSGD, FedMGDA+, FedProx.
 
 The expected values are computed here in plain numpy from the papers' equations,
 independently of the code under test.

@@ -1,4 +1,4 @@
-"""Data sources and the federated dataset (SPEC §3.1): loaders, Synthetic(α, β), per-client splits."""
+"""Data sources and the federated dataset (docs/SPEC.md §3.1): loaders, Synthetic(α, β), per-client splits."""
 from __future__ import annotations
 
 import gzip

@@ -1,4 +1,4 @@
-"""The FedSelect env contract (SPEC §2): checkers, determinism, actions, availability, divergence, config errors."""
+"""The FedSelect env contract (docs/SPEC.md §2): checkers, determinism, actions, availability, divergence, config errors."""
 import gymnasium as gym
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""FAVOR's Double DQN (SPEC §4): the target on a hand-built batch, masked exploration, the deployed agent."""
+"""FAVOR's Double DQN (docs/SPEC.md §4): the target on a hand-built batch, masked exploration, the deployed agent."""
 from __future__ import annotations
 
 import gymnasium as gym

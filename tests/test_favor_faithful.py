@@ -1,4 +1,4 @@
-"""FAVOR as the paper defines it (issue #17, SPEC §2, §4): the weight state, K-Center, Power-of-Choice."""
+"""FAVOR as the paper defines it (issue #17, docs/SPEC.md §2, §4): the weight state, K-Center, Power-of-Choice."""
 import numpy as np
 import pytest
 import torch
@@ -132,7 +132,7 @@ def test_query_losses_refuses_unavailable_or_repeated_clients():
 
 # ------------------------------------------------------------------ FedMGDA+'s default step schedule
 def test_fedmgda_decays_its_global_step_by_default_as_the_authors_scripts():
-    """SPEC §3.5: η_t = 1.0 · 0.89^⌊t/100⌋ by default (watml/Fed-MGDA's batch-10 FedMGDA+ runs)."""
+    """docs/SPEC.md §3.5: η_t = 1.0 · 0.89^⌊t/100⌋ by default (watml/Fed-MGDA's batch-10 FedMGDA+ runs)."""
     from fedsel_env.sim.aggregators import make_aggregator
 
     agg = make_aggregator("fedmgda+", {})

@@ -1,4 +1,4 @@
-"""The model zoo (SPEC §3.3): parameter counts, and Pool2x2 equal to nn.MaxPool2d(2)."""
+"""The model zoo (docs/SPEC.md §3.3): parameter counts, and Pool2x2 equal to nn.MaxPool2d(2)."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,4 +1,4 @@
-"""Partitions and client sizes (SPEC §3.2): each partition's defining property, exact disjoint sizes."""
+"""Partitions and client sizes (docs/SPEC.md §3.2): each partition's defining property, exact disjoint sizes."""
 from __future__ import annotations
 
 import warnings

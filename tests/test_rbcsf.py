@@ -1,4 +1,4 @@
-"""Tests of RBCS-F (seed 004, SPEC §3.6, §4): Algorithm 1 against brute force, the virtual queues, the
+"""Tests of RBCS-F (seed 004, docs/SPEC.md §3.6, §4): Algorithm 1 against brute force, the virtual queues, the
 ridge regressions and their lower confidence bound, and the long-run behaviour the paper reports
 (every client's rate ≥ β, round time between FedCS's and random's, larger V → shorter rounds, longer
 queues) — first on a synthetic system model driven directly, then on the HeteroSystem env preset."""
@@ -17,7 +17,7 @@ from fedsel_env.spec import CLIENT_FEATURES, FEATURE_INDEX, SelectionSpec
 
 FI = FEATURE_INDEX
 CTX = [FI["ctx_cpu"], FI["ctx_cold"], FI["ctx_comm"]]
-# θ* of the four client classes of the public re-implementation (SPEC §3.6)
+# θ* of the four client classes of the public re-implementation (docs/SPEC.md §3.6)
 THETA_CLASSES = np.array([[1, 1, 1 / np.log(1001)], [2, 1, 1 / np.log(101)],
                           [3, 1, 1 / np.log(11)], [4, 1, 1 / np.log(2)]])
 
@@ -43,7 +43,7 @@ def make_obs(n: int, contexts: np.ndarray, available: np.ndarray, tau: np.ndarra
 
 
 class SyntheticSystem:
-    """SPEC §3.6's system model on its own (no learning), to drive an agent for many rounds cheaply."""
+    """docs/SPEC.md §3.6's system model on its own (no learning), to drive an agent for many rounds cheaply."""
 
     def __init__(self, n: int, seed: int, noise: float = 0.0, availability: float = 0.8) -> None:
         self.rng = np.random.default_rng(seed)

@@ -4,7 +4,7 @@
   bit for bit the honest one;
 - each attack forges exactly what docs/ROBUSTNESS.md says, checked by hand on small cases
   (reported losses, forged models and gradients, free riders), and FedMGDA+'s normalisation makes
-  it immune to update scaling while FedAvg is pulled off (SPEC §6);
+  it immune to update scaling while FedAvg is pulled off (docs/SPEC.md §6);
 - drop-outs, heavy-tailed stragglers and the deadline decide whose update counts and how long a
   round lasts; their draws are common random numbers across policies;
 - the robustness metrics in ``info`` are counted by hand;
@@ -243,7 +243,7 @@ def _run_fixed(make, adversary, aggregator, rounds=4):
 
 
 def test_fedmgda_plus_is_immune_to_update_scaling_while_fedavg_is_pulled_off(make):
-    """SPEC §6 / FedMGDA+ §5: the normalised updates ḡ_i = g_i / ‖g_i‖ ignore a client's scale factor."""
+    """docs/SPEC.md §6 / FedMGDA+ §5: the normalised updates ḡ_i = g_i / ‖g_i‖ ignore a client's scale factor."""
     attack = {"attackers": [0], "update_scale": 25.0}
     honest, scaled = _run_fixed(make, {}, "fedmgda+"), _run_fixed(make, attack, "fedmgda+")
     torch.testing.assert_close(scaled, honest, rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Batched local training (SPEC §3.4) equals training each client on its own, with the same minibatches."""
+"""Batched local training (docs/SPEC.md §3.4) equals training each client on its own, with the same minibatches."""
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The federation simulator (SPEC §3): it knows nothing of Gymnasium, observations or rewards.
+"""The federation simulator (docs/SPEC.md §3): it knows nothing of Gymnasium, observations or rewards.
 
 - ``data.py``, ``partitions.py`` — the datasets and how they are cut among clients (``DATASETS``, ``PARTITIONS``);
 - ``models.py`` — the networks (``MODELS``); ``training.py`` — the K selected clients' local SGD, vmapped;

@@ -17,7 +17,7 @@ forged; its own data and local training are honest:
   report down to "no loss at all", not below). They go into the observation's ``loss`` / ``loss_rms`` columns
   and into the aggregator's ``losses_before``.
 - *update scaling and bias* (after the attacks of Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu, "Federated
-  Learning Meets Multi-objective Optimization", IEEE TNSE 9(4), 2022 (seed 003), §5–§6 and SPEC §6:
+  Learning Meets Multi-objective Optimization", IEEE TNSE 9(4), 2022 (seed 003), §5–§6 and docs/SPEC.md §6:
   a client that inflates its loss by a factor s sends s times its gradient; docs/ROBUSTNESS.md): the
   attacker sends w'_k = w_t + s·(w_k − w_t) + β·u (``update_scale`` s, ``update_bias`` β,
   u a unit vector drawn once from the federation seed and shared by all attackers — a

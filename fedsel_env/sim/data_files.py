@@ -1,4 +1,4 @@
-"""Reading data sets from local files (SPEC §3.1): idx images and labels (MNIST, Fashion-MNIST), plain
+"""Reading data sets from local files (docs/SPEC.md §3.1): idx images and labels (MNIST, Fashion-MNIST), plain
 or gzip'ed, and CIFAR-10's python-pickle batches; where to look for them, and what to say when they are
 not there. ``fedsel_env/sim/data.py`` turns what is read here into the ``DATASETS`` sources.
 

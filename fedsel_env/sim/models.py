@@ -1,4 +1,4 @@
-"""The models clients train (SPEC §3.3), by name.
+"""The models clients train (docs/SPEC.md §3.3), by name.
 
 None uses BatchNorm: running statistics break both the vectorised training
 (``torch.func`` needs pure functions of the parameters) and FedAvg's meaning.

@@ -1,6 +1,6 @@
 """A round's heavy work split across processes (config ``workers``; docs/PERFORMANCE.md).
 
-On a CPU the batched ``vmap`` training of SPEC §3.4 gains nothing for the CNNs (a K = 10
+On a CPU the batched ``vmap`` training of docs/SPEC.md §3.4 gains nothing for the CNNs (a K = 10
 vmapped step costs what 10 single steps cost, ``bench/vmap_batching.py``), and one process
 at batch 10 cannot keep two cores busy. With ``workers: P`` the env splits each round's
 clients into P groups, trains group 0 in its own process and groups 1..P-1 in P-1 worker

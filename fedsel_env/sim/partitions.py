@@ -1,4 +1,4 @@
-"""Partitions of a labelled pool over N clients, and client sizes with quantity skew (SPEC §3.2).
+"""Partitions of a labelled pool over N clients, and client sizes with quantity skew (docs/SPEC.md §3.2).
 
 Every partition is ``fn(labels, sizes, num_classes, rng, **params) -> list[np.ndarray]``:
 client k receives exactly ``sizes[k]`` distinct pool indices and no index goes to two

@@ -1,4 +1,4 @@
-"""System heterogeneity: RBCS-F's model of exchange times and availability (SPEC §3.6).
+"""System heterogeneity: RBCS-F's model of exchange times and availability (docs/SPEC.md §3.6).
 
 T. Huang, W. Lin, W. Wu, L. He, K. Li, A. Y. Zomaya, "An Efficiency-boosting
 Client Selection Scheme for Federated Learning with Fairness Guarantee",

@@ -1,4 +1,4 @@
-"""Aggregation backends (SPEC §3.5), looked up by name.
+"""Aggregation backends (docs/SPEC.md §3.5), looked up by name.
 
 Every backend is an :class:`Aggregator` subclass in its own module, named after its
 method. It maps the server's flat global weights and the responding clients'

@@ -1,4 +1,4 @@
-"""The one interface every aggregation backend implements (SPEC §3.5).
+"""The one interface every aggregation backend implements (docs/SPEC.md §3.5).
 
 Weights travel flat: the global model is one vector of P floats, the K
 responders' local models a (K, P) matrix, so every backend is a few lines of

@@ -1,4 +1,4 @@
-"""FedAvg aggregation (SPEC §3.5).
+"""FedAvg aggregation (docs/SPEC.md §3.5).
 
 H. B. McMahan, E. Moore, D. Ramage, S. Hampson, B. Agüera y Arcas,
 "Communication-Efficient Learning of Deep Networks from Decentralized Data",

@@ -1,4 +1,4 @@
-"""FedMGDA+ aggregation (SPEC §3.5; seed 003, Algorithm 1).
+"""FedMGDA+ aggregation (docs/SPEC.md §3.5; seed 003, Algorithm 1).
 
 Z. Hu, K. Shaloudegi, G. Zhang, Y. Yu,
 "Federated Learning Meets Multi-objective Optimization",

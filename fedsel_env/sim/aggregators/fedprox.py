@@ -1,4 +1,4 @@
-"""FedProx (SPEC §3.4, §3.5).
+"""FedProx (docs/SPEC.md §3.4, §3.5).
 
 T. Li, A. K. Sahu, M. Zaheer, M. Sanjabi, A. Talwalkar, V. Smith,
 "Federated Optimization in Heterogeneous Networks", MLSys 2020.

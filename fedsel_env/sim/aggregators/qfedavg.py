@@ -1,4 +1,4 @@
-"""q-FedAvg aggregation (SPEC §3.5; seed 000, Algorithm 2).
+"""q-FedAvg aggregation (docs/SPEC.md §3.5; seed 000, Algorithm 2).
 
 T. Li, M. Sanjabi, A. Beirami, V. Smith,
 "Fair Resource Allocation in Federated Learning", ICLR 2020.
@@ -87,7 +87,7 @@ class QFedAvg(Aggregator):
 
     :param q: fairness exponent, q ≥ 0 (0 = uniform FedAvg); default 1.0.
     :param L: the Lipschitz constant L > 0; ``None`` (default) uses L = 1/η with η the
-        local learning rate (``updates.lr``), as SPEC §3.5 and the authors' code do.
+        local learning rate (``updates.lr``), as docs/SPEC.md §3.5 and the authors' code do.
     """
 
     name = "qfedavg"

@@ -1,4 +1,4 @@
-"""q-FedSGD aggregation (SPEC §3.5; seed 000, Algorithm 1).
+"""q-FedSGD aggregation (docs/SPEC.md §3.5; seed 000, Algorithm 1).
 
 T. Li, M. Sanjabi, A. Beirami, V. Smith,
 "Fair Resource Allocation in Federated Learning", ICLR 2020.
@@ -16,7 +16,7 @@ offset on F_k, float64 scalars scaled by max F_k^q) are those of
 :mod:`fedsel_env.sim.aggregators.qfedavg`.
 
 The authors' code (litian96/fair_flearn, ``qffedsgd.py``) draws one minibatch per
-round; SPEC §3.5 and the paper's Algorithm 1 use the full-batch gradient, as here.
+round; docs/SPEC.md §3.5 and the paper's Algorithm 1 use the full-batch gradient, as here.
 """
 from __future__ import annotations
 
