@@ -8,6 +8,7 @@
     python evaluate.py --config configs/eval/hetero_system.yaml --workers 2   # an eval config file
     python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
     python evaluate.py --config configs/eval/hetero_system.yaml --ray auto    # episodes as tasks on a Ray cluster
+    python evaluate.py --suite bench --policy pow_d --scenarios Churn,Large   # FedSelect-Bench leaderboard (docs/BENCHMARK.md)
 
 The script reads top to bottom (CleanRL style):
 1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
@@ -77,6 +78,12 @@ class Args:
     plots: bool = field(default=True, metadata={"help": "write the PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
+    suite: Optional[str] = field(default=None, metadata={
+        "help": "'bench': run the policies (plus random and the lookahead oracle) over FedSelect-Bench's scenarios "
+                "and print the leaderboard (docs/BENCHMARK.md); --seeds default: the reference's seeds"})
+    scenarios: Optional[str] = field(default=None, metadata={
+        "help": "with --suite bench: comma-separated scenario names (default: all)"})
+
 
 
 def _numbered_folder(runs_dir: Path, name: str, latest: bool) -> Path:
@@ -174,6 +181,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     if args.device is not None:  # --device sets the env config's device (checked with the plan)
         args.env_kwargs = {**args.env_kwargs, "device": args.device}
 
+    if args.suite is not None or args.scenarios is not None:
+        return _bench(args)
+
     # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
@@ -198,6 +208,28 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         raise SystemExit(130)
     if args.plots:
         print("plots: " + ", ".join(p.name for p in result.plots))
+    print(f"outputs in {out}")
+    return out
+
+
+def _bench(args: Args) -> Path:
+    """``--suite bench``: FedSelect-Bench's leaderboard (``fedsel_eval.bench``); resumable in its folder."""
+    from fedsel_eval.bench import run_suite
+    from fedsel_env.bench import select
+
+    if args.suite != "bench":
+        raise ValueError(f"--suite {args.suite!r} is invalid: the one suite is 'bench' (with --scenarios a,b)")
+    select(args.scenarios)  # an unknown scenario: refused before anything runs
+    policies = [p for p in args.policy if p != "all"]
+    if not args.policy or "all" in args.policy:
+        from fedsel_env.env import FedSelectEnv
+        from fedsel_eval import hand_written_agents
+
+        policies += hand_written_agents(FedSelectEnv(preset="tiny").selection_spec)[0]  # every scenario is topk
+    out = Path(args.out) if args.out else Path(args.runs_dir) / (args.name or "bench")
+    seeds = None if args.seeds == DEFAULT_SEEDS else args.seeds
+    run_suite(out, policies, args.scenarios, seeds, rounds=args.rounds, plots=args.plots,
+              log=print if args.progress else (lambda _line: None))
     print(f"outputs in {out}")
     return out
 

@@ -38,6 +38,7 @@ def make(name: str, spec: SelectionSpec, seed: Optional[int] = None, **params: A
 
 # Importing the modules registers the built-in agents.
 from . import afl, favor, fedcs, kcenter, kcenter_cover, oort, pow_d, qffl  # noqa: E402,F401
+from . import lookahead  # noqa: E402,F401  (privileged: FedSelect-Bench's planning oracle)
 from . import per_client, random_selection, rbcsf, rpow_d  # noqa: E402,F401
 
 __all__ = ["AGENTS", "SelectionAgent", "make"]

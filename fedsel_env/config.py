@@ -203,6 +203,10 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
         return env, {}
     elif env in by_id:
         return by_id[env], {}
+    elif env.startswith("fedsel/Bench-"):  # a FedSelect-Bench scenario (fedsel_env/bench.py)
+        from .bench import scenario
+
+        return "default", scenario(env).env_config()
     elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
         overrides = load_config(env)  # ValueError when missing
     else:

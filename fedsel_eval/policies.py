@@ -200,6 +200,9 @@ def hand_written_agents(spec: Any) -> Tuple[List[str], Dict[str, str]]:
     names, skipped = [], {}
     for name in sorted(agents.AGENTS):
         cls = agents.AGENTS[name]
+        if getattr(cls, "privileged", False):  # reads the simulator (lookahead): a bound, not a selection policy
+            skipped[name] = "privileged: it reads the simulator (name it to evaluate it as a bound)"
+            continue
         if spec.action_mode not in getattr(cls, "supported_modes", ()):
             skipped[name] = f"does not act in action_mode {spec.action_mode!r}"
             continue

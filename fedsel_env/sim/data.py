@@ -145,7 +145,8 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
     """
     name = cfg["dataset"]
     source = DATASETS.lookup(name)
-    params = check_params("dataset", name, cfg["dataset_params"], source.defaults)
+    noise, given = label_noise_params(cfg["dataset_params"])
+    params = check_params("dataset", name, given, source.defaults)
     partition = cfg["partition"]
     PARTITIONS.lookup(partition)
     if source.natural and partition != "natural":
@@ -169,9 +170,12 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
     parts = partition_indices(partition, pool.y, totals, pool.num_classes, rng, cfg["partition_params"])
 
     train_idx, test_idx = split_by_label(parts, pool.y, pool.num_classes, totals - train_sizes, rng)
+    y_train = pool.y[train_idx].astype(np.int64)
+    if noise["noisy_clients"] > 0:  # drawn after everything else: without noise every draw is as before
+        y_train = noisy_labels(y_train, train_sizes, pool.num_classes, noise, rng)
     return FederatedData(
         x_train=torch.from_numpy(pool.features(train_idx)),
-        y_train=torch.from_numpy(pool.y[train_idx].astype(np.int64)),
+        y_train=torch.from_numpy(y_train),
         train_offsets=np.concatenate([[0], np.cumsum(train_sizes)]).astype(np.int64),
         x_test=torch.from_numpy(pool.features(test_idx)),
         y_test=torch.from_numpy(pool.y[test_idx].astype(np.int64)),
@@ -179,6 +183,45 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
         input_shape=tuple(pool.input_shape),
         num_classes=int(pool.num_classes),
     )
+
+
+#: label noise, a parameter of every dataset (``dataset_params``): the share of clients whose *training* labels
+#: are corrupted (their test split stays clean, as the task they should learn), and how: ``random`` (each label
+#: replaced by a uniform draw over the classes) or ``shift`` (y → (y + 1) mod C, a systematic flip)
+LABEL_NOISE_DEFAULTS = {"noisy_clients": 0.0, "label_noise": "random"}
+
+
+def label_noise_params(given: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Split ``dataset_params`` into the label-noise keys (checked, defaults filled) and the source's own."""
+    given = dict(given or {}) if isinstance(given, dict) else given
+    if not isinstance(given, dict):
+        return dict(LABEL_NOISE_DEFAULTS), given  # check_params names the bad mapping
+    noise = {k: given.pop(k) for k in list(given) if k in LABEL_NOISE_DEFAULTS}
+    noise = {**LABEL_NOISE_DEFAULTS, **noise}
+    f = noise["noisy_clients"]
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < 1.0:
+        raise ValueError(f"config field 'dataset_params.noisy_clients' = {f!r} is invalid: expected the share of "
+                         f"clients with corrupted training labels, a number in [0, 1)")
+    if noise["label_noise"] not in ("random", "shift"):
+        raise ValueError(f"config field 'dataset_params.label_noise' = {noise['label_noise']!r} is invalid: "
+                         f"allowed: ['random', 'shift']")
+    return noise, given
+
+
+def noisy_labels(y: np.ndarray, train_sizes: np.ndarray, num_classes: int, noise: Dict[str, Any],
+                 rng: np.random.Generator) -> np.ndarray:
+    """Training labels with round(share·N) clients' (at least one) corrupted; which clients: drawn from ``rng``."""
+    n = train_sizes.size
+    m = max(1, int(round(float(noise["noisy_clients"]) * n)))
+    offsets = np.concatenate([[0], np.cumsum(train_sizes)])
+    y = y.copy()
+    for k in np.sort(rng.permutation(n)[:m]):
+        a, b = offsets[k], offsets[k + 1]
+        if noise["label_noise"] == "random":
+            y[a:b] = rng.integers(0, num_classes, size=b - a)
+        else:
+            y[a:b] = (y[a:b] + 1) % num_classes
+    return y
 
 
 def _test_sizes(train_sizes: np.ndarray, test_fraction: float) -> np.ndarray:

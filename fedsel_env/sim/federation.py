@@ -22,6 +22,7 @@ arrives; what they send), never through branches here.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -239,6 +240,39 @@ class Federation:
         clients = np.asarray(clients, dtype=np.int64)
         losses, rms = self.global_losses(clients)
         return self.adversary.messages(clients, self.global_params, Upload(losses, rms)).losses
+
+    # ------------------------------------------------------------ snapshot
+    #: what a round changes; everything else (data, model, trainer, sample counts) is fixed by the federation
+    ROUND_STATE = ("global_params", "round", "_loss_cache", "train_seed", "aggregator", "system", "adversary")
+
+    def snapshot(self) -> Dict:
+        """A copy of everything :meth:`open_round`, :meth:`play_round` and :meth:`query_losses` change:
+        the global model, the round counter, the loss cache, the aggregator's server state, the system
+        model (clock, who took part, the open round's availability, contexts and noise, its generator),
+        the clients' behaviour (its generator) and torch's global generator. Local training draws
+        from generators seeded per (episode, round, client), so it holds no state.
+
+        ``restore(snapshot())`` after any rounds puts the federation back bit for bit (the planning
+        oracle ``agents/lookahead.py`` plays candidate rounds this way; ``tests/test_bench.py``).
+        """
+        state = copy.deepcopy({k: getattr(self, k) for k in self.ROUND_STATE if hasattr(self, k)})
+        state["torch_rng"] = torch.get_rng_state()
+        return state
+
+    def restore(self, state: Dict) -> None:
+        """Put back a :meth:`snapshot` (which stays usable: it is copied again). The aggregator, system
+        model and clients' behaviour are restored in place, so whoever holds them (the env's tally holds
+        the adversary) still sees the federation's own objects."""
+        state = dict(state)
+        torch.set_rng_state(state.pop("torch_rng"))
+        state = copy.deepcopy(state)
+        for k, v in state.items():
+            cur = getattr(self, k, None)
+            if k in ("aggregator", "system", "adversary") and cur is not None and type(cur) is type(v):
+                vars(cur).clear()
+                vars(cur).update(vars(v))
+            else:
+                setattr(self, k, v)
 
     # ---------------------------------------------------------------- helpers
     def generators(self, round_index: int, clients: np.ndarray) -> list:

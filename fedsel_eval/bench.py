@@ -1,0 +1,355 @@
+"""FedSelect-Bench (issue #28): any policy over the benchmark's scenarios, scored against random and the oracle.
+
+For each scenario (``fedsel_env/bench.py``) every policy plays one episode per seed from ``env.reset(seed)``
+(common random numbers: the same federations for every policy), always with ``random`` and the ``lookahead``
+oracle beside it (``agents/lookahead.py``, scored by the scenario's objective). Per scenario:
+
+- each policy's **objective** (a missed Ω counts as the cap: a bound, marked ``*``) with a 95% bootstrap CI;
+- the **headroom** = random − oracle in the objective's better direction (positive: the oracle is better),
+  the mean of the paired per-seed differences with its 95% Student-t CI; a scenario whose headroom CI
+  includes 0 is **low-headroom**;
+- each policy's **normalised score** (random − policy) / (random − oracle) of the means (0 = random, 1 = the
+  oracle, the same formula whichever direction is better), with a 95% percentile-bootstrap CI over seeds
+  resampled in pairs.
+
+The **mean normalised score** averages a policy's scores over the scenarios that have headroom (the others
+cannot normalise: their denominator may be 0 or of either sign).
+
+Episodes are stored one JSON line each in ``<out>/<scenario>/episodes.jsonl`` (appended and fsync'ed as each
+ends) with the scenario config's hash and the policy's spec: a rerun skips what is there (resumable, also
+after a deadline: ``deadline``), and rows from the committed reference (``experiments/results/
+bench_reference.json``) for the same config, policy and seed are used instead of being replayed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from fedsel_env.bench import Scenario, episode_objective, normalised_score, select
+
+from .policies import build_policy, parse_policy
+from .run_folder import atomic_write_text, jsonable
+from .stats import Interval, bootstrap_ci
+
+EPISODES = "episodes.jsonl"
+REFERENCE_JSON = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench_reference.json"
+RESAMPLES = 4000
+
+
+def config_sha(config: Mapping[str, Any]) -> str:
+    """A short hash of a scenario's env config: rows made under another config are not reused."""
+    return hashlib.sha256(json.dumps(jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def federation_seed(seed: int) -> int:
+    """The partition seed ``env.reset(seed)`` draws when the config leaves ``federation_seed`` null."""
+    from gymnasium.utils import seeding
+
+    rng, _ = seeding.np_random(int(seed))
+    return int(rng.integers(0, 2**31 - 1, size=5)[0])
+
+
+def reference_policies(sc: Scenario, lookahead: str = "") -> List[str]:
+    """random and the oracle, scored by the scenario's objective (``lookahead`` adds parameters)."""
+    extra = f",{lookahead}" if lookahead else ""
+    return ["random", f"lookahead=lookahead:objective={sc.objective}{extra}"]
+
+
+@dataclass
+class ScenarioRun:
+    """One scenario's episodes (rows) and the config they were played under."""
+
+    scenario: Scenario
+    config: Dict[str, Any]
+    rows: List[Dict[str, Any]] = field(default_factory=list)
+
+
+def _read_rows(path: Path) -> List[Dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a last line cut short by a crash: dropped, its episode replayed
+            continue
+    return rows
+
+
+def reference_rows(path: Path = REFERENCE_JSON) -> List[Dict[str, Any]]:
+    """Every episode row of the committed reference (none when the file is absent)."""
+    if not Path(path).is_file():
+        return []
+    doc = json.loads(Path(path).read_text())
+    return [r for s in doc.get("scenarios", {}).values() for r in s.get("episodes", [])]
+
+
+def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Sequence[int],
+                 config: Optional[Mapping[str, Any]] = None, deadline: float = math.inf,
+                 reuse: Sequence[Mapping[str, Any]] = (), log: Callable[[str], Any] = lambda _l: None) -> ScenarioRun:
+    """Play what ``folder`` lacks of ``policies`` × ``seeds`` on ``sc`` (in seed order) until ``deadline``.
+
+    :param config: the env config (default: the scenario's; e.g. a smaller ``max_rounds`` for a smoke run).
+    :param reuse: rows from elsewhere (the committed reference) taken when config, policy and seed match.
+    :return: the rows of the requested policies and seeds that exist now (fewer when the deadline came first).
+    """
+    from fedsel_env.env import FedSelectEnv
+
+    from .episodes import run_episode
+
+    cfg = dict(config if config is not None else sc.env_config())
+    cfg["observation"] = "dict"
+    sha = config_sha(cfg)
+    specs = [parse_policy(p, cfg) for p in policies]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / EPISODES
+    have = {(r["policy_spec"], r["seed"]): r for r in [*reuse, *_read_rows(path)]
+            if r.get("config_sha") == sha and r.get("scenario") == sc.name}
+    run = ScenarioRun(sc, cfg)
+    env = None
+    for seed in seeds:
+        for text, spec in zip(policies, specs):
+            key = (text, int(seed))
+            if key not in have:
+                if time.time() >= deadline:
+                    continue
+                env = env or FedSelectEnv(config=cfg)
+                made: List[Any] = []
+
+                def make(selection_spec, spec=spec, seed=seed):
+                    made.append(build_policy(spec, selection_spec, int(seed)))
+                    return made[-1]
+
+                rec = run_episode(env, None, int(seed), make_policy=make)
+                have[key] = row = episode_row(sc, cfg, sha, spec.label, text, int(seed), rec, made[0])
+                with open(path, "a") as f:
+                    f.write(json.dumps(jsonable(row)) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                log(f"{sc.name} seed {seed} {spec.label}: {row['objective']} = {row['value']:.4g}"
+                    f"{' (missed Ω)' if row['censored'] else ''}, {row['wall_time_s']:.1f} s")
+            run.rows.append({**have[key], "policy": spec.label})
+    if env is not None:
+        env.close()
+    return run
+
+
+def episode_row(sc: Scenario, cfg: Mapping[str, Any], sha: str, label: str, text: str, seed: int,
+                rec: Mapping[str, Any], policy: Any) -> Dict[str, Any]:
+    """One episode as the benchmark stores it (no summary without its episodes)."""
+    value, censored = episode_objective(sc, rec)
+    m = rec["metrics"]
+    row = {"scenario": sc.name, "policy": label, "policy_spec": text, "seed": seed,
+           "federation_seed": cfg["federation_seed"] if cfg.get("federation_seed") is not None else federation_seed(seed),
+           "objective": sc.objective, "value": value, "censored": censored, "rounds": int(m["rounds"]),
+           "reached": bool(rec["reached"]), "sim_time": float(m["sim_time"]), "final_accuracy": float(m["final_accuracy"]),
+           "acc_worst10": float(m["acc_worst10"]), "diverged": bool(rec["diverged"]),
+           "loss_queries": float(m["loss_queries"]), "wall_time_s": float(rec["wall_time_s"]), "config_sha": sha}
+    if hasattr(policy, "planned_rounds"):  # the oracle's cost
+        row["planned_rounds"] = int(policy.planned_rounds)
+        row["planning_seconds"] = float(policy.planning_seconds)
+    return row
+
+
+# ============================================================================================ statistics
+def t_interval(x: Sequence[float], confidence: float = 0.95) -> Interval:
+    """Mean with its Student-t interval (no interval below two values)."""
+    from scipy import stats
+
+    x = np.asarray([v for v in x if v is not None and math.isfinite(v)], dtype=np.float64)
+    if x.size < 2:
+        return Interval(float(x.mean()) if x.size else math.nan, math.nan, math.nan, int(x.size))
+    mean, sem = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
+    if sem == 0:
+        return Interval(mean, mean, mean, int(x.size))
+    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
+    return Interval(mean, float(lo), float(hi), int(x.size))
+
+
+def normalised_interval(random: np.ndarray, oracle: np.ndarray, policy: np.ndarray, seed: int = 0) -> Interval:
+    """The normalised score of the means with a percentile-bootstrap 95% CI, seeds resampled in triples."""
+    n = random.size
+    est = normalised_score(float(random.mean()), float(oracle.mean()), float(policy.mean()))
+    if n < 2 or not math.isfinite(est):
+        return Interval(est, math.nan, math.nan, int(n))
+    idx = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
+    r, o, p = random[idx].mean(1), oracle[idx].mean(1), policy[idx].mean(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (r - p) / (r - o)
+    s = s[np.isfinite(s)]
+    lo, hi = (np.percentile(s, [2.5, 97.5]) if s.size else (math.nan, math.nan))
+    return Interval(est, float(lo), float(hi), int(n))
+
+
+def summarise(run: ScenarioRun) -> Dict[str, Any]:
+    """Per policy: objective CI, censored count, normalised score CI; the scenario's headroom CI."""
+    sc = run.scenario
+    by: Dict[str, Dict[int, float]] = {}
+    censored: Dict[str, int] = {}
+    wall: Dict[str, List[float]] = {}
+    for r in run.rows:
+        by.setdefault(r["policy"], {})[r["seed"]] = r["value"]
+        censored[r["policy"]] = censored.get(r["policy"], 0) + int(r["censored"])
+        wall.setdefault(r["policy"], []).append(r["wall_time_s"])
+    seeds = sorted(set.intersection(*(set(v) for v in by.values()))) if by else []
+    sign = 1.0 if sc.lower_is_better else -1.0
+    out: Dict[str, Any] = {"scenario": sc.name, "env_id": sc.env_id, "objective": sc.objective,
+                           "lower_is_better": sc.lower_is_better, "seeds": seeds, "policies": {}}
+    if "random" not in by or "lookahead" not in by or not seeds:
+        return out
+    vec = {p: np.array([v[s] for s in seeds], dtype=np.float64) for p, v in by.items()}
+    head = t_interval(sign * (vec["random"] - vec["lookahead"]))
+    out["headroom"] = vars(head)
+    out["low_headroom"] = not (head.lo > 0)
+    for p, v in vec.items():
+        out["policies"][p] = {"objective": vars(bootstrap_ci(v, missed=censored.get(p, 0))),
+                              "normalised": vars(normalised_interval(vec["random"], vec["lookahead"], v)),
+                              "mean_wall_s": float(np.mean(wall[p]))}
+    return out
+
+
+def mean_normalised(summaries: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Each policy's mean normalised score over the scenarios with headroom (and how many it covers)."""
+    acc: Dict[str, List[float]] = {}
+    for s in summaries:
+        if s.get("low_headroom", True):
+            continue
+        for p, v in s["policies"].items():
+            acc.setdefault(p, []).append(v["normalised"]["mean"])
+    return {p: {"mean": float(np.mean(v)), "scenarios": len(v)} for p, v in acc.items()}
+
+
+# ============================================================================================ tables
+def _cell(iv: Mapping[str, Any], spec: str) -> str:
+    return Interval(**iv).text(spec)
+
+
+def objective_format(objective: str) -> str:
+    return {"rounds_to_target": ".1f", "time_to_target": ".0f"}.get(objective, ".3f")
+
+
+def leaderboard_markdown(summaries: Sequence[Mapping[str, Any]], policies: Optional[Sequence[str]] = None) -> str:
+    """Per scenario: objective and normalised score of each policy; then each policy's mean normalised score."""
+    lines = []
+    for s in summaries:
+        if "headroom" not in s:
+            lines.append(f"**{s['scenario']}**: incomplete (random or the oracle has not played every seed yet)\n")
+            continue
+        f = objective_format(s["objective"])
+        arrow = "lower is better" if s["lower_is_better"] else "higher is better"
+        flag = " — **low-headroom**" if s["low_headroom"] else ""
+        lines.append(f"**{s['scenario']}** (`{s['env_id']}`), {s['objective']} ({arrow}), seeds "
+                     f"{_seed_range(s['seeds'])}: headroom {_cell(s['headroom'], '+' + f)}{flag}\n")
+        lines.append("| policy | objective [95% CI] | normalised score [95% CI] |")
+        lines.append("|---|---:|---:|")
+        names = [p for p in (policies or sorted(s["policies"])) if p in s["policies"]]
+        for p in sorted(names, key=lambda q: -_finite(s["policies"][q]["normalised"]["mean"])):
+            v = s["policies"][p]
+            lines.append(f"| {p} | {_cell(v['objective'], f)} | {_cell(v['normalised'], '+.2f')} |")
+        lines.append("")
+    means = mean_normalised(summaries)
+    if means:
+        lines.append("**Mean normalised score** over the scenarios with headroom:\n")
+        lines.append("| policy | mean normalised score | scenarios |")
+        lines.append("|---|---:|---:|")
+        for p, v in sorted(means.items(), key=lambda kv: -kv[1]["mean"]):
+            lines.append(f"| {p} | {v['mean']:+.2f} | {v['scenarios']} |")
+    lines.append("\n`*`: some episodes missed Ω and count as the cap (a bound).")
+    return "\n".join(lines)
+
+
+def _finite(x: Any) -> float:
+    return float(x) if x is not None and math.isfinite(float(x)) else -math.inf
+
+
+def _seed_range(seeds: Sequence[int]) -> str:
+    if not seeds:
+        return "none"
+    contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}–{seeds[-1]} ({len(seeds)})" if contiguous else ", ".join(map(str, seeds))
+
+
+def plot_leaderboard(summaries: Sequence[Mapping[str, Any]], path: Path) -> Path:
+    """One panel per scenario: each policy's normalised score with its 95% CI (0 = random, 1 = the oracle)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [s for s in summaries if s.get("policies")]
+    cols = min(4, max(1, len(done)))
+    rows = max(1, math.ceil(len(done) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.4 * rows), squeeze=False)
+    for ax, s in zip(axes.ravel(), done):
+        names = sorted(s["policies"])
+        est = np.array([_nan(s["policies"][p]["normalised"]["mean"]) for p in names])
+        lo = np.array([_nan(s["policies"][p]["normalised"]["lo"]) for p in names])
+        hi = np.array([_nan(s["policies"][p]["normalised"]["hi"]) for p in names])
+        y = np.arange(len(names))
+        err = np.vstack([np.where(np.isfinite(lo), est - lo, 0), np.where(np.isfinite(hi), hi - est, 0)])
+        ax.errorbar(np.clip(est, -3, 3), y, xerr=np.clip(err, 0, 6), fmt="o", ms=4, capsize=2)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.axvline(1, color="black", lw=0.8, ls="--")
+        ax.set_yticks(y, names, fontsize=7)
+        ax.set_xlim(-3, 3)
+        flag = " (low headroom)" if s.get("low_headroom") else ""
+        ax.set_title(f"{s['scenario']}{flag}", fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+    for ax in axes.ravel()[len(done):]:
+        ax.axis("off")
+    fig.suptitle("FedSelect-Bench: normalised score (0 = random, 1 = lookahead oracle), 95% CI; clipped to ±3",
+                 fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _nan(x: Any) -> float:
+    return math.nan if x is None else float(x)
+
+
+# ============================================================================================ the suite
+def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: Optional[Sequence[int]] = None,
+              rounds: Optional[int] = None, deadline: float = math.inf, lookahead: str = "",
+              plots: bool = True, log: Callable[[str], Any] = print) -> List[Dict[str, Any]]:
+    """``evaluate.py --suite bench``: ``policies`` (plus random and the oracle) on each scenario; leaderboard.
+
+    :param seeds: default: the committed reference's seeds of each scenario, else the first 5 reporting seeds.
+    :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
+    :return: the per-scenario summaries (also in ``<out>/leaderboard.json``, ``.md`` and ``.png``).
+    """
+    from fedsel_env.bench import REPORTING_SEEDS
+
+    scs = select(scenarios)
+    reuse = reference_rows()
+    summaries = []
+    out = Path(out)
+    for sc in scs:
+        cfg = sc.env_config()
+        if rounds is not None:
+            cfg["max_rounds"] = int(rounds)
+        todo = list(dict.fromkeys([*reference_policies(sc, lookahead), *policies]))
+        these = seeds
+        if these is None:
+            ref = sorted({r["seed"] for r in reuse if r["scenario"] == sc.name and r["policy"] == "lookahead"})
+            these = ref or REPORTING_SEEDS[:5]
+        run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log)
+        summaries.append(summarise(run))
+    md = leaderboard_markdown(summaries)
+    atomic_write_text(out / "leaderboard.md", md + "\n")
+    atomic_write_text(out / "leaderboard.json", json.dumps(jsonable(summaries), indent=1) + "\n")
+    if plots:
+        plot_leaderboard(summaries, out / "leaderboard.png")
+    log(md)
+    return summaries
