@@ -27,6 +27,7 @@ The work is done by the :mod:`fedsel_eval` package (the same ``run`` the reprodu
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -75,6 +76,10 @@ class Args:
     device: Optional[str] = field(default=None, metadata={
         "help": "torch device of the simulated federations (env config 'device': cpu, cuda, cuda:N, auto); "
                 "default: the env config's (cpu)"})
+    trust_file: bool = field(default=False, metadata={
+        "help": "load the --policy model files with Stable-Baselines3's own unpickler, which runs any code a file "
+                "names: only for files you trust. Without it their pickled entries are read as plain data and a "
+                "file that names code is refused (docs/ROBUSTNESS.md, Trust). Not settable from a --config file"})
     plots: bool = field(default=True, metadata={"help": "write the PNG plots"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
@@ -83,7 +88,6 @@ class Args:
                 "and print the leaderboard (docs/BENCHMARK.md); --seeds default: the reference's seeds"})
     scenarios: Optional[str] = field(default=None, metadata={
         "help": "with --suite bench: comma-separated scenario names (default: all)"})
-
 
 
 def _numbered_folder(runs_dir: Path, name: str, latest: bool) -> Path:
@@ -178,6 +182,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
 
+    if args.trust_file:  # an environment variable, so worker processes inherit the opt-in
+        from agents.saved_models import TRUST_ENV
+
+        os.environ[TRUST_ENV] = "1"
     if args.device is not None:  # --device sets the env config's device (checked with the plan)
         args.env_kwargs = {**args.env_kwargs, "device": args.device}
 

@@ -12,10 +12,17 @@ algorithm saved a zip that came without a ``train_agent.py`` run folder (:func:`
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import os
+import pickle
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
+
+from fedsel_env.sim.safe_pickle import (NUMPY_GLOBALS, NUMPY_RANDOM_GLOBALS, PLAIN_GLOBALS, RefusedGlobal,
+                                        restricted_load, restricted_loads)
 
 #: what to do about a damaged model file, unless the caller knows better
 DEFAULT_FIX = "the file is damaged (cut short by a crash or a partial copy?): copy it again, or train it again"
@@ -90,20 +97,103 @@ def detect_algorithm(path: Union[str, Path]) -> Optional[str]:
     return None
 
 
+# --- the safe path: pickled entries and replay buffers through a restricted unpickler (issue #30) -------------
+
+#: Set to ``1`` by ``evaluate.py --trust-file`` / ``train_agent.py --trust-file`` (inherited by worker processes):
+#: model zips and replay buffers are then loaded by SB3's own unpickler, which runs whatever they name.
+TRUST_ENV = "FEDSEL_TRUST_FILES"
+#: The opt-in, as the refusals name it.
+TRUST_FIX = ("if you trust this file (you made it, or know who did), pass --trust-file (evaluate.py, "
+             "train_agent.py --resume) or set FEDSEL_TRUST_FILES=1 to let it run the code it names")
+
+#: The plain-data globals SB3 zips and replay buffers hold: arrays, spaces' generators, tensors, schedules.
+MODEL_GLOBALS = NUMPY_GLOBALS | NUMPY_RANDOM_GLOBALS | PLAIN_GLOBALS | frozenset({
+    ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"), ("torch", "device"),
+    ("torch.storage", "_load_from_bytes"),  # answered by a weights_only stand-in (safe_pickle.SAFE_REPLACEMENTS)
+    ("stable_baselines3.common.utils", "FloatSchedule"), ("stable_baselines3.common.utils", "LinearSchedule"),
+    ("stable_baselines3.common.utils", "ConstantSchedule"),
+    ("stable_baselines3.common.type_aliases", "TrainFreq"),
+    ("stable_baselines3.common.type_aliases", "TrainFrequencyUnit"),
+})
+#: Packages whose classes of the kinds in :func:`_admit_class` a saved model may name (SB3's policies,
+#: buffers, spaces, activations, optimizers; this package's policies and schedules).
+_CLASS_PACKAGES = ("stable_baselines3.", "sb3_contrib.", "gymnasium.spaces.", "torch.nn.modules.", "torch.optim.",
+                   "agents.")
+
+
+def _admit_class(module: str, name: str) -> Any:
+    """A class a saved model may name: from :data:`_CLASS_PACKAGES`, and a policy, buffer, space, torch
+    module or optimizer, or one of this package's schedules (else None: refused)."""
+    import importlib
+
+    if not module.startswith(_CLASS_PACKAGES) or name.startswith("_"):
+        return None
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(obj, type):
+        return None
+    import gymnasium
+    import torch
+    from stable_baselines3.common.buffers import BaseBuffer
+    from stable_baselines3.common.policies import BasePolicy
+
+    from agents.training.hyperparams import LinearDecay
+
+    kinds = (BasePolicy, BaseBuffer, gymnasium.spaces.Space, torch.nn.Module, torch.optim.Optimizer, LinearDecay)
+    return obj if issubclass(obj, kinds) else None
+
+
+def trusted() -> bool:
+    """Whether this process was told (``--trust-file``) to load model files with SB3's own unpickler."""
+    return os.environ.get(TRUST_ENV, "") == "1"
+
+
+def safe_data_objects(path: Union[str, Path], what: str = "model") -> Dict[str, Any]:
+    """Every pickled entry of the SB3 zip ``path``'s ``data``, unpickled by the restricted unpickler, as
+    SB3's ``custom_objects`` (so SB3 unpickles none of them itself).
+
+    :raises ValueError: naming the file, the entry and what it would load, with the opt-in, when an
+        entry names anything but plain data and the classes of :func:`_admit_class`.
+    """
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read("data")) if "data" in z.namelist() else {}
+    except (OSError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot load {what} {str(path)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
+    objects: Dict[str, Any] = {}
+    for key, item in (data.items() if isinstance(data, dict) else ()):
+        if not (isinstance(item, dict) and ":serialized:" in item):
+            continue
+        try:
+            objects[key] = restricted_loads(base64.b64decode(str(item[":serialized:"])), MODEL_GLOBALS, _admit_class)
+        except RefusedGlobal as e:
+            raise ValueError(f"{what} {str(path)!r}: its pickled entry {key!r} is refused: {e}; {TRUST_FIX}") from None
+        except (pickle.UnpicklingError, binascii.Error, EOFError, ValueError, TypeError, AttributeError) as e:
+            raise ValueError(f"cannot load {what} {str(path)!r}: its pickled entry {key!r} is damaged "
+                             f"({_reason(e)}); {DEFAULT_FIX}") from None
+    return objects
+
+
 def _reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
 def load_model(cls: Any, path: Union[str, Path], what: str = "model", fix: Optional[str] = None,
-               **kwargs: Any) -> Any:
-    """``cls.load(path, **kwargs)``.
+               trust: Optional[bool] = None, **kwargs: Any) -> Any:
+    """``cls.load(path, **kwargs)``, its pickled ``data`` entries read by the restricted unpickler
+    (:func:`safe_data_objects`) unless ``trust`` (default: :func:`trusted`).
 
-    :raises ValueError: naming ``path`` and the ``fix`` when the file is missing or cannot be loaded.
+    :raises ValueError: naming ``path`` and the ``fix`` when the file is missing or cannot be loaded, and
+        naming the entry and the opt-in when it names code.
     """
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
+    if not (trusted() if trust is None else trust):  # the caller's own custom_objects win
+        kwargs["custom_objects"] = {**safe_data_objects(p, what), **(kwargs.get("custom_objects") or {})}
     try:
         return cls.load(p, **kwargs)
     except Exception as e:  # noqa: BLE001 - torch, zipfile, json, pickle, SB3: all mean "not loadable"
@@ -111,15 +201,29 @@ def load_model(cls: Any, path: Union[str, Path], what: str = "model", fix: Optio
 
 
 def load_replay_buffer(model: Any, path: Union[str, Path], what: str = "replay buffer",
-                       fix: Optional[str] = None) -> None:
-    """``model.load_replay_buffer(path)``, checking that the file exists first (else SB3 names ``path.pkl``).
+                       fix: Optional[str] = None, trust: Optional[bool] = None) -> None:
+    """``model.load_replay_buffer(path)``, checking that the file exists first (else SB3 names ``path.pkl``);
+    unless ``trust`` (default: :func:`trusted`), the buffer is read by the restricted unpickler.
 
-    :raises ValueError: naming ``path`` and the ``fix`` when the file is missing or cannot be loaded.
+    :raises ValueError: naming ``path`` and the ``fix`` when the file is missing or cannot be loaded, and
+        the opt-in when it names code.
     """
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist; {fix or DEFAULT_FIX}")
     try:
-        model.load_replay_buffer(p)
+        if trusted() if trust is None else trust:
+            model.load_replay_buffer(p)
+            return
+        from stable_baselines3.common.buffers import ReplayBuffer
+
+        with open(p, "rb") as f:
+            buffer = restricted_load(f, MODEL_GLOBALS, _admit_class)
+        if not isinstance(buffer, ReplayBuffer):
+            raise TypeError(f"it holds a {type(buffer).__name__}, not a replay buffer")
+        buffer.device = model.device  # as SB3's load_replay_buffer does
+        model.replay_buffer = buffer
+    except RefusedGlobal as e:
+        raise ValueError(f"{what} {str(p)!r} is refused: {e}; {TRUST_FIX}") from None
     except Exception as e:  # noqa: BLE001 - pickle, EOF, zip: all mean "not loadable"
         raise ValueError(f"cannot load {what} {str(p)!r} ({_reason(e)}); {fix or DEFAULT_FIX}") from e

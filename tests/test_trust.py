@@ -83,3 +83,126 @@ def test_zoo_does_not_eval_strings_of_its_config_file(tmp_path, key):
     assert not marker.exists()
     assert out.returncode != 0
     assert key in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+# --- saved models, checkpoints and replay buffers ------------------------------------------------------
+def _scripts():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    import evaluate
+
+    if "train_agent" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("train_agent", root / "train_agent.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["train_agent"] = module
+        spec.loader.exec_module(module)
+    return evaluate, sys.modules["train_agent"]
+
+
+@pytest.fixture(scope="module")
+def favor_run(tmp_path_factory):
+    """A 40-step FAVOR run on the tiny preset with checkpoints (and replay buffers) at steps 20 and 40."""
+    _, train_agent = _scripts()
+    runs = tmp_path_factory.mktemp("runs")
+    return train_agent.main(["--algo", "favor", "--env", "tiny", "--n-timesteps", "40", "--runs-dir", str(runs),
+                             "--name", "f", "--eval-freq", "0", "--save-freq", "20", "--no-progress-bar",
+                             "--verbose", "0", "--hyperparams", "learning_starts=10", "batch_size=8",
+                             "policy_kwargs={net_arch: [16]}"])
+
+
+def _poison_zip(path: Path, marker: Path, key: str = "exploration_rng") -> None:
+    """Replace the pickled ``data`` entry ``key`` of the SB3 zip ``path`` by one that creates ``marker``."""
+    import base64
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    data = json.loads(entries["data"])
+    assert ":serialized:" in data[key]
+    data[key][":serialized:"] = base64.b64encode(pickle.dumps(Payload(marker))).decode()
+    entries["data"] = json.dumps(data).encode()
+    with zipfile.ZipFile(path, "w") as z:
+        for n, b in entries.items():
+            z.writestr(n, b)
+
+
+def _copy_run(run: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(run, dest / run.name)
+    return dest / run.name
+
+
+def test_own_models_checkpoints_and_buffers_load_through_the_safe_path(favor_run, monkeypatch):
+    from agents.favor import DoubleDQN
+    from agents.saved_models import TRUST_ENV, load_model, load_replay_buffer
+
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    ckpt = favor_run / "checkpoints" / "ckpt_40_steps.zip"
+    model = load_model(DoubleDQN, ckpt, device="cpu")
+    load_replay_buffer(model, favor_run / "checkpoints" / "ckpt_replay_buffer_40_steps.pkl")
+    plain = DoubleDQN.load(ckpt, device="cpu")  # SB3's own unpickler: the same objects
+    plain.load_replay_buffer(favor_run / "checkpoints" / "ckpt_replay_buffer_40_steps.pkl")
+    assert model.num_timesteps == plain.num_timesteps == 40
+    assert model.exploration_rate == plain.exploration_rate
+    assert model.exploration_rng.bit_generator.state == plain.exploration_rng.bit_generator.state
+    assert np.array_equal(model.replay_buffer.observations, plain.replay_buffer.observations)
+    assert model.replay_buffer.pos == plain.replay_buffer.pos
+    assert model.observation_space == plain.observation_space and model.action_space == plain.action_space
+
+
+def test_evaluate_refuses_a_model_zip_whose_data_runs_code(favor_run, tmp_path, monkeypatch):
+    from agents.saved_models import TRUST_ENV
+
+    evaluate, _ = _scripts()
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    run = _copy_run(favor_run, tmp_path)
+    marker = tmp_path / "ran"
+    _poison_zip(run / "model.zip", marker)
+    argv = ["--env", "tiny", "--rounds", "2", "--seeds", "0", "--no-progress", "--no-plots", "--policy", str(run),
+            "--out", str(tmp_path / "eval")]
+    with pytest.raises(ValueError, match=r"model\.zip.*'exploration_rng'.*io\.open.*--trust-file"):
+        evaluate.main(argv)
+    assert not marker.exists()
+
+
+def test_trust_file_is_the_explicit_opt_in(favor_run, tmp_path, monkeypatch):
+    """With the opt-in, SB3's own unpickler reads the file, and runs what it names (so it is for trusted files)."""
+    from agents.favor import DoubleDQN
+    from agents.saved_models import TRUST_ENV, load_model
+
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    path = tmp_path / "m.zip"
+    path.write_bytes((favor_run / "model.zip").read_bytes())
+    marker = tmp_path / "ran"
+    _poison_zip(path, marker)
+    with pytest.raises(ValueError, match="--trust-file"):
+        load_model(DoubleDQN, path, device="cpu")
+    assert not marker.exists()
+    monkeypatch.setenv(TRUST_ENV, "1")  # what --trust-file sets
+    load_model(DoubleDQN, path, device="cpu")
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("poisoned", ["checkpoint", "replay buffer"])
+def test_resume_refuses_a_checkpoint_or_replay_buffer_that_runs_code(favor_run, tmp_path, monkeypatch, poisoned):
+    from agents.saved_models import TRUST_ENV
+
+    _, train_agent = _scripts()
+    monkeypatch.delenv(TRUST_ENV, raising=False)
+    run = _copy_run(favor_run, tmp_path)
+    marker = tmp_path / "ran"
+    if poisoned == "checkpoint":
+        _poison_zip(run / "checkpoints" / "ckpt_40_steps.zip", marker)
+    else:
+        buf = run / "checkpoints" / "ckpt_replay_buffer_40_steps.pkl"
+        buf.write_bytes(pickle.dumps({"buffer": Payload(marker)}))
+    with pytest.raises(ValueError, match=r"ckpt_.*40_steps.*io\.open.*--trust-file"):
+        train_agent.main(["--name", "f", "--runs-dir", str(tmp_path), "--resume", "--n-timesteps", "60",
+                          "--no-progress-bar", "--verbose", "0"])
+    assert not marker.exists()

@@ -39,6 +39,10 @@ class Args:
     runs_dir: str = field(default="runs/train", metadata={"aliases": ["-f", "--log-folder"],
         "help": "where run folders go (rl-zoo3's -f/--log-folder)"})
     resume: bool = field(default=False, metadata={"help": "continue the run --name from its last checkpoint"})
+    trust_file: bool = field(default=False, metadata={
+        "help": "with --resume: load the checkpoint and replay buffer with Stable-Baselines3's own unpickler, which "
+                "runs any code they name (only for files you trust; by default they are read as plain data and a "
+                "file naming code is refused)"})
     eval_freq: int = field(default=2000, metadata={"help": "evaluate the deployed agent every this many steps (0 = never)"})
     eval_episodes: int = field(default=5, metadata={"help": "episodes per evaluation"})
     save_freq: int = field(default=2000, metadata={"help": "checkpoint every this many steps (0 = never)"})

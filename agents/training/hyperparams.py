@@ -130,9 +130,23 @@ def model_kwargs(hp: Mapping[str, Any]) -> Dict[str, Any]:
     return kwargs
 
 
+class LinearDecay:
+    """rl-zoo3's ``lin_<value>``: the value decays linearly to 0 over training. A class, not a lambda, so a
+    saved model pickles it by name and loads through ``agents.saved_models``' restricted unpickler."""
+
+    def __init__(self, initial: float):
+        self.initial = float(initial)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return progress_remaining * self.initial
+
+    def __repr__(self) -> str:
+        return f"LinearDecay({self.initial})"
+
+
 def linear_schedule(initial: float) -> Callable[[float], float]:
-    """rl-zoo3's ``lin_<value>``: the value decays linearly to 0 over training."""
-    return lambda progress_remaining: progress_remaining * initial
+    """rl-zoo3's ``lin_<value>`` (:class:`LinearDecay`)."""
+    return LinearDecay(initial)
 
 
 def parse_policy_kwargs(value: Any) -> Dict[str, Any]:

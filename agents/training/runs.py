@@ -21,7 +21,7 @@ from .atomic import atomic_write_yaml
 
 CKPT_PREFIX = "ckpt"
 #: The flags of a ``--resume`` call that replace the run's saved ones (they change no result).
-RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads")
+RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads", "trust_file")
 
 
 def default_run_name(algo: str, env: str, seed: int) -> str:
@@ -121,11 +121,12 @@ def resume_model(args: Any, env: Any, run_dir: Path) -> Optional[Any]:
         print(f"Resuming {run_dir}: no checkpoint yet, starting from step 0")
         return None
     last, fix = checkpoints[-1], _damaged_checkpoint_fix(checkpoints)
-    model = load_model(algorithm_class(args.algo), last, what="checkpoint", fix=fix, env=env, device=args.device,
-                       tensorboard_log=str(run_dir / "tb"))
+    trust = True if getattr(args, "trust_file", False) else None  # None: FEDSEL_TRUST_FILES decides
+    model = load_model(algorithm_class(args.algo), last, what="checkpoint", fix=fix, trust=trust, env=env,
+                       device=args.device, tensorboard_log=str(run_dir / "tb"))
     if is_off_policy(args.algo):
         load_replay_buffer(model, replay_buffer_path(last), what=f"the replay buffer of checkpoint {last.name}",
-                           fix=fix)
+                           fix=fix, trust=trust)
     why_not = restore(model, env)  # the episodes go on where the checkpoint left them
     print(f"Resuming {run_dir} from {last.name}: step {model.num_timesteps} of {args.n_timesteps}"
           + (f" (the training envs start new episodes: {why_not})" if why_not else ""))
