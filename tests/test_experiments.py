@@ -98,7 +98,7 @@ def test_rounds_cell_shows_every_missed_target():
 
 def test_command_line_leaves_out_the_machine_specific_folder():
     assert common.command_line("x.py", ["--out", "/tmp/a", "--workers", "2", "--out=/b"]) == \
-        "python experiments/x.py --workers 2"
+        ".venv/bin/python experiments/x.py --workers 2"
 
 
 # ------------------------------------------------------------------------------------------- provenance
