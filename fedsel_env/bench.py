@@ -70,7 +70,7 @@ _SCENARIOS: List[Scenario] = [
         "QuantitySkew",
         {**_FMNIST, "num_clients": 100, "samples_per_client": 100, "quantity_skew": 1.5, "partition": "dirichlet",
          "partition_params": {"alpha": 0.3}, "model": "logreg", "local_epochs": 1, "batch_size": 10, "lr": 0.05,
-         "clients_per_round": 5, "system": _ALWAYS, "max_rounds": 60, "target_accuracy": 0.70},
+         "clients_per_round": 5, "system": _ALWAYS, "max_rounds": 60, "target_accuracy": 0.77},
         "rounds_to_target",
         "Fashion-MNIST over 100 clients with Dirichlet(0.3) labels and heavy-tailed (lognormal σ = 1.5) sizes, "
         "softmax regression, 5 clients a round. A few clients hold most of the data and each holds few labels, "
@@ -82,7 +82,7 @@ _SCENARIOS: List[Scenario] = [
         {**_FMNIST, "num_clients": 100, "samples_per_client": 100, "quantity_skew": 1.5, "partition": "shards",
          "partition_params": {"shards_per_client": 2}, "model": "mlp", "model_params": {"hidden": 64},
          "local_epochs": 1, "batch_size": 32, "lr": 0.05, "clients_per_round": 3, "system": _ALWAYS,
-         "max_rounds": 80, "target_accuracy": 0.60},
+         "max_rounds": 80, "target_accuracy": 0.65},
         "rounds_to_target",
         "Power-of-Choice's own setting (Cho, Wang, Joshi 2020, Fashion-MNIST): 100 clients of two label-sorted "
         "shards each (about two labels per client) with skewed sizes, an MLP, K = 3 (C = 0.03). With three "
@@ -97,7 +97,7 @@ _SCENARIOS: List[Scenario] = [
         {"num_clients": 40, "partition": "sigma", "partition_params": {"sigma": 0.5},
          "dataset_params": {"noisy_clients": 0.3, "label_noise": "random"}, "clients_per_round": 5,
          "local_epochs": 1, "system": _ALWAYS, "track_improvement": False, "max_rounds": 60,
-         "target_accuracy": 0.85},
+         "target_accuracy": 0.71},
         "rounds_to_target",
         "Digits over 40 clients (σ = 0.5), 30% of them holding training labels replaced by uniform noise (their "
         "test split is clean). A noisy client's update pulls the model away from the task and its loss stays "
@@ -107,7 +107,7 @@ _SCENARIOS: List[Scenario] = [
         {"num_clients": 40, "partition": "sigma", "partition_params": {"sigma": 0.5}, "clients_per_round": 5,
          "local_epochs": 1, "system": _ALWAYS, "track_improvement": False, "max_rounds": 60,
          "adversary": {"attacker_fraction": 0.25, "free_rider": True, "loss_scale": 3.0},
-         "target_accuracy": 0.85},
+         "target_accuracy": 0.76},
         "rounds_to_target",
         "Digits over 40 clients, a quarter of them free riders that return the global model untrained and report "
         "three times their loss (``adversary``). A round spent on free riders is partly wasted (FedAvg averages "
@@ -119,7 +119,7 @@ _SCENARIOS: List[Scenario] = [
          "local_epochs": 1, "track_improvement": False, "max_rounds": 60,
          "adversary": {"straggler_fraction": 0.3, "straggler_scale": 5.0, "straggler_shape": 1.5,
                        "deadline": 8.0},
-         "target_accuracy": 0.85},
+         "target_accuracy": 0.81},
         "time_to_target",
         "Digits over 40 clients with RBCS-F's four speed classes and 80% availability; 30% of the clients are "
         "stragglers with Pareto delays (x_m = 5 s, α = 1.5) and the server stops waiting at 8 s. A straggler in "
@@ -139,7 +139,7 @@ _SCENARIOS: List[Scenario] = [
         "Large",
         {**_FMNIST, "num_clients": 1000, "partition": "dirichlet", "partition_params": {"alpha": 0.3},
          "quantity_skew": 1.0, "samples_per_client": 30, "model": "logreg", "local_epochs": 1, "batch_size": 10,
-         "lr": 0.05, "clients_per_round": 20, "system": _ALWAYS, "max_rounds": 60, "target_accuracy": 0.70,
+         "lr": 0.05, "clients_per_round": 20, "system": _ALWAYS, "max_rounds": 60, "target_accuracy": 0.77,
          "pca_components": 20},
         "rounds_to_target",
         "A large federation: Fashion-MNIST over 1,000 clients (Dirichlet(0.3) labels, lognormal(σ = 1) sizes) with "
@@ -153,12 +153,12 @@ _SCENARIOS: List[Scenario] = [
         {"dataset": "fashion_mnist", "num_clients": 100, "samples_per_client": 600, "test_fraction": 1 / 12,
          "partition": "sigma", "partition_params": {"sigma": 0.8}, "model": "mlp", "model_params": {"hidden": 64},
          "local_epochs": 1, "batch_size": 10, "lr": 0.05, "clients_per_round": 10, "max_rounds": 80,
-         "track_improvement": False, "target_accuracy": 0.83},
+         "track_improvement": False, "target_accuracy": 0.82},
         "rounds_to_target",
         "The low-headroom control: Fashion-MNIST σ = 0.8, 100 clients of 600 samples, the MLP, E = 1, K = 10 — "
         "experiments/favor_study.py's fmnist_e1 setting, where no heuristic beat random on the tuning seeds. "
-        "Equal sizes and mild skew leave little for selection to gain. Scored on rounds to Ω (its Ω = 0.83 was "
-        "calibrated by favor_study.py on seeds 1000-1009, by the same rule).",
+        "Equal sizes and mild skew leave little for selection to gain. Scored on rounds to Ω (calibrated here at 0.82; "
+        "favor_study.py's rule gave 0.83 on its fixed federation).",
         "a new federation per seed (favor_study fixes federation 0); track_improvement off (no effect on training)"),
 ]
 

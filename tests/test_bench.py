@@ -209,3 +209,11 @@ def test_suite_runs_resumes_and_writes_the_leaderboard(tmp_path):
     assert "Churn" in md and "rpow_d" in md and (tmp_path / "leaderboard.png").is_file()
     evaluate.main(args)  # resumed: nothing replayed
     assert len((tmp_path / "Churn" / "episodes.jsonl").read_text().splitlines()) == 6
+
+
+def test_calibrated_target_follows_favor_study_rule():
+    from experiments.bench_reference import calibrate_target
+
+    curves = [[0.1, 0.5, 0.6, 0.7, 0.8], [0.1, 0.4, 0.655, 0.7, 0.9], [0.1, 0.3, 0.5, 0.6, 0.7]]
+    assert calibrate_target(curves, cap=4) == 0.6   # median at round 2 is 0.6 → 0.60
+    assert calibrate_target([c[:5] for c in curves[:2]], cap=4) == 0.62  # median 0.6275 → rounded down
