@@ -250,7 +250,10 @@ def _analyse(report: Sequence[Mapping[str, Any]], methods: Sequence[str], cap: i
         entry = {"rounds": r.tolist(), "mean_rounds": float(r.mean()), "missed": int(np.sum(r >= cap)),
                  "episodes": int(r.size), "mean_final_accuracy": float(np.mean([e["metrics"]["final_accuracy"]
                                                                                    for e in eps])),
-                 "samples_per_round": float(np.mean(per_round))}
+                 "samples_per_round": float(np.mean(per_round)),
+                 # per episode, in seed order: what the table's means are means of (#34)
+                 "final_accuracy": [e["metrics"]["final_accuracy"] for e in eps],
+                 "samples_per_round_per_episode": per_round}
         if m.startswith("afl") and "random_nk" in methods:
             entry["rounds_vs_random_nk"] = paired(r, rounds("random_nk"))
         if m != "random":

@@ -72,7 +72,11 @@ def main(argv: Sequence[str] = None) -> Path:
         numbers[label] = {"cap": cap, "random_rounds": r_cap.tolist(), "afl_rounds": a_cap.tolist(),
                           "random_reached": [bool(e["reached"]) for e in rnd],
                           "afl_reached": [bool(e["reached"]) for e in afl], "change_in_mean_rounds_percent": change,
-                          "afl_minus_random": {"mean": diff.mean, "lo": diff.lo, "hi": diff.hi, "n": diff.n}}
+                          "afl_minus_random": {"mean": diff.mean, "lo": diff.lo, "hi": diff.hi, "n": diff.n},
+                          # per episode, in seed order (#34: the table's final accuracies come from rows)
+                          "random_final_accuracy": [e["metrics"]["final_accuracy"] for e in rnd],
+                          "afl_final_accuracy": [e["metrics"]["final_accuracy"] for e in afl],
+                          "federation_seed": plan.env_config.get("federation_seed")}
         curves.append((label, plan.env_config["target_accuracy"], rnd, afl))
     table = common.md_table(["federation", "random: rounds to Ω", "afl: rounds to Ω",
                              "afl − random, paired [95% CI]",

@@ -119,7 +119,7 @@ def main(argv: Sequence[str] = None) -> Path:
     train_seconds = json.loads(time_file.read_text())["seconds"] if time_file.is_file() else float("nan")
 
     # 2. the evaluation at every σ
-    results: Dict[str, Any] = {"scale": scale, "train": train, "sigmas": {}}
+    results: Dict[str, Any] = {"scale": scale, "train": train, "train_sigma": TRAIN_SIGMA, "sigmas": {}}
     records_by_sigma = {}
     policies = ["random", "kcenter", f"favor={model_dir}"]
     for lab, part, pp, cap, seeds in sigmas:
@@ -135,7 +135,12 @@ def main(argv: Sequence[str] = None) -> Path:
             "final_accuracy": {pol: [r["metrics"]["final_accuracy"] for r in common.episodes_of(records, pol)]
                                for pol in ("random", "kcenter", "favor")},
             "wall_time_s": {pol: [r["wall_time_s"] for r in common.episodes_of(records, pol)]
-                            for pol in ("random", "kcenter", "favor")}}
+                            for pol in ("random", "kcenter", "favor")},
+            # what the table prints beside the rounds, per episode (#34: every printed figure has its rows)
+            "best_accuracy": {pol: [r["metrics"]["best_accuracy"] for r in common.episodes_of(records, pol)]
+                              for pol in ("random", "kcenter", "favor")},
+            "distinct_clients": {pol: [int(np.count_nonzero(r["clients"]["participation"]))
+                                       for r in common.episodes_of(records, pol)] for pol in ("random", "kcenter", "favor")}}
 
     # 3. table and figures
     rows_md = []

@@ -305,6 +305,9 @@ def _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, 
     base_a, best_a = final_accuracy(report, "random"), final_accuracy(report, best)
     groups: Dict[str, List[str]] = {pol: [pol] for pol in ("random", *HEURISTICS)}
     groups.update({label: [f"{label}_s{seed}" for seed in runs] for label, runs in trained.items()})
+    # the differences below subtract seed-ordered arrays: they are paired by seed only if every side has the seeds
+    common.check_paired_seeds(report, [m for members in groups.values() for m in members], report_seeds)
+    res["episodes"] = common.episode_rows(report, groups, cap, federation_seed=s["env"].get("federation_seed"))
     for name, members in groups.items():
         r = np.mean([rounds(report, m, cap) for m in members], axis=0)
         a = np.mean([final_accuracy(report, m) for m in members], axis=0)

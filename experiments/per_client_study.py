@@ -132,7 +132,8 @@ def main(argv: Sequence[str] = None) -> Path:
                                         {"per_client": [f"per_client_s{s_}" for s_ in trained],
                                          "per_client_ens": ["per_client_ens"] if ensemble else [],
                                          "favor": [lab for lab in (f.split("=")[0] for f in favor)
-                                                   if lab.startswith("favor_")]})
+                                                   if lab.startswith("favor_")]},
+                                        federation_seed=cfg.get("federation_seed"))
     res["training_seconds"] = [t["seconds"] for t in trained.values()]
     out.results(res)
     _figures(out, res, trained, setting)
@@ -148,11 +149,15 @@ def _favor_models(setting: str) -> List[str]:
             if (folder / f"favor_s{seed}" / "model.zip").is_file()]
 
 
-def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: Mapping[str, List[str]]) -> Dict:
+def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: Mapping[str, List[str]],
+             federation_seed: Any = None) -> Dict:
     base_r, best_r = rounds(records, "random", cap), rounds(records, best, cap)
     groups = {pol: [pol] for pol in ("random", *HEURISTICS)}
     groups.update({k: v for k, v in groups_extra.items() if v})
-    out: Dict[str, Any] = {"seeds": list(seeds), "policies": {}}
+    # the differences below subtract seed-ordered arrays: they are paired by seed only if every side has the seeds
+    common.check_paired_seeds(records, [m for members in groups.values() for m in members], seeds)
+    out: Dict[str, Any] = {"seeds": list(seeds), "federation_seed": federation_seed, "policies": {},
+                           "episodes": common.episode_rows(records, groups, cap, federation_seed=federation_seed)}
     for name, members in groups.items():
         r = np.mean([rounds(records, m, cap) for m in members], axis=0)
         a = np.mean([final_accuracy(records, m) for m in members], axis=0)

@@ -36,7 +36,7 @@ Writing one (what ``experiments/`` and ``bench/`` do)::
                   minus={"policy": "random"})                       # computed now, from the rows
     rec.write(path)
 
-Statistics (:data:`STATS`): ``mean``, ``std`` (``ddof`` given), ``count``, ``t_interval`` (Student-t 95%),
+Statistics (:data:`STATS`): ``mean``, ``std`` (``ddof`` given), ``min``, ``max``, ``median``, ``count``, ``t_interval`` (Student-t 95%),
 ``paired_t`` (a − b paired on ``pair_on``, default the episode seed; a side with several rows per key —
 a trained policy's training seeds — is averaged per key first: the CI *conditional on the trained
 models*; both sides must hold the same keys), ``paired_t_across`` (the same difference per training seed,
@@ -169,10 +169,20 @@ def _values(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> List[
     return [r.get(spec["field"]) for r in select(rows, spec.get("where", {}))]
 
 
+def _of(fn: Callable[[np.ndarray], Any], spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+        least: int = 1) -> Optional[float]:
+    """``fn`` of the finite values of the spec's field over its rows (None with fewer than ``least``)."""
+    x = _finite(_values(spec, rows))
+    return float(fn(x)) if x.size >= least else None
+
+
 #: How each summary is computed from the rows: ``stat`` name → function of (summary spec, rows).
 STATS: Dict[str, Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], Any]] = {
-    "mean": lambda s, rows: _mean_of(_values(s, rows)),
-    "std": lambda s, rows: float(_finite(_values(s, rows)).std(ddof=int(s["ddof"]))),
+    "mean": lambda s, rows: _of(np.mean, s, rows),
+    "std": lambda s, rows: _of(lambda x: x.std(ddof=int(s["ddof"])), s, rows, least=int(s["ddof"]) + 1),
+    "min": lambda s, rows: _of(np.min, s, rows),
+    "max": lambda s, rows: _of(np.max, s, rows),
+    "median": lambda s, rows: _of(np.median, s, rows),
     "count": lambda s, rows: len(select(rows, s.get("where", {}))),
     "t_interval": lambda s, rows: t_interval(_values(s, rows)),
     "paired_t": lambda s, rows: t_interval(_paired_diffs(s, rows)),
@@ -180,7 +190,7 @@ STATS: Dict[str, Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], Any]
     "paired_change_percent": _change_percent,
     "paired_signs": _signs,
 }
-_NEEDS = {"mean": ("field",), "std": ("field", "ddof"), "count": (), "t_interval": ("field",),
+_NEEDS = {"mean": ("field",), "min": ("field",), "max": ("field",), "median": ("field",), "std": ("field", "ddof"), "count": (), "t_interval": ("field",),
           "paired_t": ("field", "where", "minus"), "paired_t_across": ("field", "where", "minus"),
           "paired_change_percent": ("field", "where", "minus"), "paired_signs": ("field", "where", "minus")}
 
@@ -268,16 +278,21 @@ class Record:
                          final_accuracy=m["final_accuracy"], best_accuracy=m.get("best_accuracy"), **fields)
 
     def summarise(self, name: str, stat: str, field: Optional[str] = None, *, stored: Any = None,
-                  summary_only: bool = False, **spec: Any) -> Any:
+                  summary_only: bool = False, reason: Optional[str] = None, **spec: Any) -> Any:
         """Add a summary computed from the rows now (or, for a migrated record whose figure was published,
         ``stored``: the published value, checked against the rows by ``recompute``); return its value."""
         s = {"name": name, "stat": stat, **({"field": field} if field is not None else {}), **_plain(spec)}
         if any(x["name"] == name for x in self.summaries):
             raise ValueError(f"record {self.experiment!r}: two summaries named {name!r}")
         if summary_only:
-            s.update(summary_only=True, value=_plain(stored))
+            s.update(summary_only=True, value=_plain(stored), **({"reason": reason} if reason else {}))
         else:
-            s["value"] = compute(s, self.rows) if stored is None else _plain(stored)
+            s["value"] = compute(s, self.rows)
+            if stored is not None and not same(_plain(stored), s["value"]):
+                raise ValueError(f"record {self.experiment!r}: summary {name!r} was published as {stored!r}, "
+                                 f"but its rows give {s['value']!r}")
+            if stored is not None:
+                s["value"] = _plain(stored)
         self.summaries.append(s)
         return s["value"]
 
@@ -330,9 +345,9 @@ def check(data: Mapping[str, Any], where: str) -> None:
     for s in data["summaries"]:
         if "name" not in s or "stat" not in s or "value" not in s:
             raise ValueError(f"{where}: every summary needs 'name', 'stat' and 'value' ({s.get('name')!r})")
-        if s.get("summary_only") and not data.get("summary_only"):
-            raise ValueError(f"{where}: summary {s['name']!r} is summary-only but the record does not say why "
-                             f"(its 'summary_only' field)")
+        if s.get("summary_only") and not (data.get("summary_only") or s.get("reason")):
+            raise ValueError(f"{where}: summary {s['name']!r} is summary-only but neither it ('reason') nor the "
+                             f"record ('summary_only') says why")
 
 
 def load(path: Path) -> Dict[str, Any]:

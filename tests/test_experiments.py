@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the scripts live in experiments/ at the repository root, not in the package
     sys.path.insert(0, str(ROOT))
 
+from fedsel_eval import recompute, records
 from experiments import (afl_rounds, common, favor_fmnist, favor_study, fedmgda_fairness, per_client_study,
                          qffl_synthetic, rbcsf_fairness, round_cost)
 
@@ -44,6 +45,11 @@ def test_script_runs_in_its_smoke_configuration(name, tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results  # the numbers behind the table
     assert "commit" in results and "dirty" in results and "Produced at commit" in table  # where they came from
+    # the record the script publishes (#34): rows, and every summary recomputed from them
+    record = records.load(out / "record.json")
+    assert record["rows"] and record["chunks"] and record["summaries"]
+    assert all(not s.get("summary_only") for s in record["summaries"])
+    assert recompute.main(["--quiet", str(out / "record.json")]) == 0
     if name in CHUNKED:
         runs = json.loads((out / "progress.json").read_text())["settings"]
         assert all(r["status"] == "finished" for s in runs.values() for r in s["runs"].values())

@@ -78,3 +78,10 @@ def test_a_file_that_is_no_record_is_refused_by_name(tmp_path, capsys):
     with pytest.raises(ValueError, match="chunk 'c9'"):
         records.Record("x", {}).add_row("c9", policy="p", seed=0)
 
+
+
+def test_every_committed_record_recomputes(capsys):
+    """The command of docs/REPRODUCTION.md over every committed record: every stored figure is its rows'."""
+    files = sorted(str(p) for p in (ROOT / "experiments" / "results").glob("*.json"))
+    assert files
+    assert recompute.main(["--quiet", *files]) == 0, capsys.readouterr().out
