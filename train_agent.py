@@ -43,7 +43,7 @@ from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, e
 from agents.training.atomic import atomic_save, atomic_write_yaml
 from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, config_callbacks, per_call
 from agents.training.cli import Args, check_counts, parse_key_values
-from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env
+from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env, steps_note
 from agents.training.hyperparams import check_policy, load_hyperparams, model_kwargs
 from agents.training.runs import (CKPT_PREFIX, check_new_run, default_run_name, resume_model, resumed_settings,
                                   save_settings)
@@ -96,6 +96,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     args = parse_args(argv)
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
     args, run_dir, env_config, hp = setup["args"], setup["run_dir"], setup["env_config"], setup["hp"]
+    if args.verbose:  # the log's first line: SB3's step and episode length against FL rounds
+        print(steps_note(env_config, args.n_envs), flush=True)
     torch.set_num_threads(args.torch_threads)
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     if not args.resume:

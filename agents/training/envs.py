@@ -88,3 +88,23 @@ def for_learners(env: Any) -> Any:
     from fedsel_env.wrappers import SubsetRepair
 
     return SubsetRepair(env) if env.unwrapped.config["action_mode"] == "subset" else env
+
+
+def steps_note(config: Mapping[str, Any], n_envs: int = 1) -> str:
+    """The first line of a training log: what one SB3 step (``total_timesteps``, ``ep_len_mean``) is in rounds.
+
+    In the ``one`` mode a step is one client pick, so SB3's episode length counts picks while
+    ``rounds_to_target`` and the ``fl/`` metrics count rounds (a pick is ``one_mode_step`` of a round).
+    """
+    k = int(config["clients_per_round"])
+    if config["action_mode"] != "one":
+        return (f"action_mode {config['action_mode']!r}: one step = one round of up to K = {k} clients, so SB3's "
+                f"ep_len_mean counts rounds; {n_envs} env(s) step together")
+    step = config.get("one_mode_step", 1.0)
+    share = 1.0 / k if step == "1/K" else float(step)
+    if share == 1.0:
+        return (f"action_mode 'one': one step = one client picked, a whole round of one client (one_mode_step 1, "
+                f"FAVOR's), so SB3's ep_len_mean counts those one-client rounds; {n_envs} env(s) step together")
+    return (f"action_mode 'one': one step = one client picked, counted as {share:g} of a round (one_mode_step "
+            f"{step!r}), so SB3's ep_len_mean counts picks: about {1 / share:g} steps a round; rounds_to_target "
+            f"and the fl/ metrics count rounds; {n_envs} env(s) step together")
