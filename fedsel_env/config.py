@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .sim.adversary import validate_adversary
-from .sim.limits import refuse_if_too_big
+from .sim.limits import MAX_INT_BITS, MAX_VALUE_DEPTH, check_value_shape, refuse_if_too_big, short
 from .sim.device import check_device_field
 
 DEFAULT_CONFIG: Dict[str, Any] = {
@@ -151,7 +151,7 @@ INIT_MODES = ("episode", "federation")
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"config field {field!r} = {value!r} is invalid: {allowed}")
+    raise ValueError(f"config field {field!r} = {short(value)} is invalid: {allowed}")
 
 
 def _int(cfg: Dict[str, Any], field: str, lo: int, hi: Optional[int] = None, allow_none: bool = False) -> None:
@@ -249,6 +249,8 @@ def load_config(path: Union[str, Path]) -> Dict[str, Any]:
 
 # --- YAML, read strictly: the one reader of every YAML file and value a user writes -----------------
 _YAML_LOADER: list = []
+#: The longest YAML text read (a file or a KEY=VALUE value): 4 MiB holds per-client lists of 100,000 clients.
+MAX_YAML_BYTES = 4 << 20
 
 
 def _strict_yaml_loader() -> type:
@@ -257,6 +259,25 @@ def _strict_yaml_loader() -> type:
         import yaml
 
         class StrictLoader(yaml.SafeLoader):
+            def compose_node(self, parent, index):  # nesting counted as it is read: no RecursionError
+                self._depth = getattr(self, "_depth", 0) + 1
+                try:
+                    if self._depth > MAX_VALUE_DEPTH + 1:
+                        raise yaml.composer.ComposerError(
+                            None, None, f"nested more than {MAX_VALUE_DEPTH} levels deep (a config value is "
+                            f"a number, a string, or a short list or mapping)", self.peek_event().start_mark)
+                    return super().compose_node(parent, index)
+                finally:
+                    self._depth -= 1
+
+            def construct_yaml_int(self, node):
+                digits = sum(c.isdigit() for c in str(node.value))
+                if digits > MAX_INT_BITS * 0.30103:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"an integer of {digits:,} digits (at most {int(MAX_INT_BITS * 0.30103):,})",
+                        node.start_mark)
+                return super().construct_yaml_int(node)
+
             def construct_mapping(self, node, deep=False):
                 if isinstance(node, yaml.MappingNode):
                     seen = set()
@@ -275,6 +296,7 @@ def _strict_yaml_loader() -> type:
                         seen.add(key)
                 return super().construct_mapping(node, deep)
 
+        StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
         _YAML_LOADER.append(StrictLoader)
     return _YAML_LOADER[0]
 
@@ -292,14 +314,25 @@ def parse_yaml(text: str, what: str) -> Any:
     """The value of YAML ``text`` (a file's contents or a ``KEY=VALUE`` value), read strictly.
 
     :param what: what the text is, named in errors (e.g. ``"config file 'env.yml'"``).
-    :raises ValueError: for a syntax error (where it is) or a key given twice, naming ``what``.
+    :raises ValueError: for a syntax error (where it is) or a key given twice, naming ``what``; for text
+        over :data:`MAX_YAML_BYTES`, nesting deeper than ``MAX_VALUE_DEPTH``, an integer of more than
+        ``MAX_INT_BITS`` bits, or aliases that expand beyond ``MAX_VALUE_NODES`` (naming the field).
     """
     import yaml
 
+    if len(text) > MAX_YAML_BYTES:
+        raise ValueError(f"{what} is {len(text):,} characters long, over the {MAX_YAML_BYTES:,} a config may be; "
+                         f"write a smaller one")
     try:
-        return yaml.load(text, Loader=_strict_yaml_loader())
+        data = yaml.load(text, Loader=_strict_yaml_loader())
     except yaml.YAMLError as e:
         raise ValueError(f"{what} is not valid YAML: {_yaml_problem(e)}; correct it there") from None
+    if isinstance(data, dict):
+        for key, value in data.items():  # an alias bomb is refused here, before anything expands it
+            check_value_shape(value, key if isinstance(key, str) else short(key))
+    else:
+        check_value_shape(data, "", what=what)
+    return data
 
 
 def read_yaml(path: Union[str, Path], what: str = "YAML file") -> Any:
@@ -334,24 +367,29 @@ def make_config(overrides: Optional[Mapping[str, Any]] = None,
     :raises ValueError: naming the first bad field and what is allowed.
     """
     if overrides is not None and not isinstance(overrides, Mapping):
-        raise ValueError(f"config {overrides!r} is invalid: expected a mapping of config fields (a dict) or None")
+        raise ValueError(f"config {short(overrides)} is invalid: expected a mapping of config fields (a dict) or None")
     overrides = dict(overrides or {})
-    if "preset" in overrides:
-        preset = overrides.pop("preset") if preset is None else preset
-        overrides.pop("preset", None)
+    for k, v in overrides.items():  # too big, too deep, too long an integer: refused before anything walks it
+        check_value_shape(v, k if isinstance(k, str) else short(k))
+    if "preset" in overrides:  # applied when it is the only preset named; refused when it contradicts one
+        given = overrides.pop("preset")
+        if preset is not None and given != preset:
+            raise ValueError(f"config field 'preset' = {short(given)} in the overrides contradicts the preset "
+                             f"already chosen ({short(preset)}, by the env id or --env): name one preset, there")
+        preset = given
     cfg = copy.deepcopy(DEFAULT_CONFIG)
     for layer in (resolve_preset(preset), overrides):
         for k, v in layer.items():
             if k not in DEFAULT_CONFIG:
-                raise ValueError(f"unknown config field {k!r}; known fields: {sorted(DEFAULT_CONFIG)}")
+                raise ValueError(f"unknown config field {short(k)}; known fields: {sorted(DEFAULT_CONFIG)}")
             if k in ("system", "adversary"):  # mappings merged key by key; null keeps the defaults
                 if v is None:
                     continue
                 if not isinstance(v, Mapping):
                     _fail(k, v, f"expected a mapping of {k} fields")
-                unknown = sorted(set(v) - set(DEFAULT_CONFIG[k]))
+                unknown = sorted(set(v) - set(DEFAULT_CONFIG[k]), key=str)
                 if unknown:
-                    raise ValueError(f"unknown config field(s) {k}.{unknown}; known: "
+                    raise ValueError(f"unknown config field(s) {k}.{short(unknown)}; known: "
                                      f"{sorted(DEFAULT_CONFIG[k])}")
                 cfg[k].update(copy.deepcopy(dict(v)))
             else:

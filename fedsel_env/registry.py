@@ -18,6 +18,8 @@ import re
 import types
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
+from .sim.limits import short
+
 T = TypeVar("T")
 
 #: ``package.module:Attribute`` (the attribute may be dotted: ``module:Outer.Inner``)
@@ -36,7 +38,7 @@ def load_import_path(path: str, kind: str = "object") -> Any:
     :raises ValueError: for a malformed path, a module that cannot be imported, or a missing attribute.
     """
     if not is_import_path(path):
-        raise ValueError(f"{kind} {path!r} is not an import path: expected 'package.module:Attribute'")
+        raise ValueError(f"{kind} {short(path)} is not an import path: expected 'package.module:Attribute'")
     module_name, attribute = path.split(":")
     try:
         module = importlib.import_module(module_name)
@@ -47,7 +49,11 @@ def load_import_path(path: str, kind: str = "object") -> Any:
         raise ValueError(f"{kind} {path!r}: importing module {module_name!r} failed: {e}") from e
     except Exception as e:  # noqa: BLE001 - a plug-in's own import error, whatever it is
         raise ValueError(f"{kind} {path!r}: importing module {module_name!r} failed "
-                         f"({type(e).__name__}: {e})") from e
+                         f"({type(e).__name__}: {short(str(e))})") from e
+    except SystemExit as e:  # a module that calls sys.exit() on import would end this process silently
+        raise ValueError(f"{kind} {path!r}: importing module {module_name!r} called sys.exit({short(e.code)}); "
+                         f"a plug-in module must not exit when imported (guard its script part with "
+                         f"`if __name__ == '__main__':`)") from None
     obj: Any = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
@@ -111,7 +117,7 @@ class Registry(dict):
                 raise ValueError(f"{self.kind} {name!r} does not fit: {problem}")
             return obj
         hint = " or an import path 'package.module:Class'" if self.plugins else ""
-        raise ValueError(f"unknown {self.kind} {name!r}; registered {self.kind}s: {sorted(self)}{hint}")
+        raise ValueError(f"unknown {self.kind} {short(name)}; registered {self.kind}s: {sorted(self)}{hint}")
 
     def split(self, text: str) -> Tuple[str, str]:
         """``"NAME[:KEY=VALUE,...]"`` or ``"package.module:Class[:KEY=VALUE,...]"`` → (name, parameters text).
@@ -137,11 +143,30 @@ def has_methods(*names: str, fix: str) -> Callable[[Any], Optional[str]]:
 
     def check(obj: Any) -> Optional[str]:
         if not isinstance(obj, type):
-            return f"expected a class, got {type(obj).__name__} {obj!r}; {fix}"
+            return f"expected a class, got {type(obj).__name__} {short(obj)}; {fix}"
         # looked up in the classes' own dicts: every class object answers __call__, not every instance
         missing = [n for n in names if not any(callable(vars(c).get(n)) for c in obj.__mro__)]
         if missing:
             return f"class {obj.__module__}.{obj.__qualname__} lacks {missing}; {fix}"
+        return None
+
+    return check
+
+
+def callable_with(n_positional: int, what: str, fix: str) -> Callable[[Any], Optional[str]]:
+    """A ``check`` for :class:`Registry`: a function or class that takes ``n_positional`` positional arguments
+    (``what`` names them in the error, e.g. ``"(input_shape, num_classes)"``)."""
+    import inspect
+
+    def check(obj: Any) -> Optional[str]:
+        if not callable(obj) or isinstance(obj, types.ModuleType):
+            return f"expected a function or class taking {what}, got {type(obj).__name__} {short(obj)}; {fix}"
+        try:
+            inspect.signature(obj).bind(*range(n_positional))
+        except TypeError:
+            return f"{short(obj)} cannot be called with {what}; {fix}"
+        except ValueError:  # a builtin without a signature: not a plug-in of this kind
+            return f"{short(obj)} is a builtin whose arguments cannot be checked, not a function taking {what}; {fix}"
         return None
 
     return check
@@ -155,10 +180,10 @@ def check_params(kind: str, name: str, given: Dict[str, Any], defaults: Dict[str
     if given is None:
         given = {}
     if not isinstance(given, dict):
-        raise ValueError(f"{kind} params for {name!r} must be a mapping, got {type(given).__name__}")
-    unknown = sorted(set(given) - set(defaults))
+        raise ValueError(f"{kind} params for {short(name)} must be a mapping, got {type(given).__name__}")
+    unknown = sorted(set(given) - set(defaults), key=str)
     if unknown:
         raise ValueError(
-            f"unknown {kind} parameter(s) {unknown} for {name!r}; allowed: {sorted(defaults)}"
+            f"unknown {kind} parameter(s) {short(unknown)} for {short(name)}; allowed: {sorted(defaults)}"
         )
     return {**defaults, **given}

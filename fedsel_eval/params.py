@@ -9,6 +9,7 @@ import re
 from typing import Any, Dict, List, Sequence, Union
 
 from fedsel_env.config import parse_yaml
+from fedsel_env.sim.limits import short
 
 
 def split_items(text: str) -> List[str]:
@@ -41,11 +42,11 @@ def parse_params(items: Union[str, Sequence[str]], what: str) -> Dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ValueError(f"bad parameter {item!r} for {what}: expected KEY=VALUE with KEY a name "
+            raise ValueError(f"bad parameter {short(item)} for {what}: expected KEY=VALUE with KEY a name "
                              f"(e.g. 'v=10,beta=0.1')")
         if key in out:
             raise ValueError(f"parameter {key!r} given twice for {what}")
-        out[key] = parse_yaml(value, f"value {value!r} of parameter {key!r} for {what}") if value.strip() else None
+        out[key] = parse_yaml(value, f"value {short(value)} of parameter {key!r} for {what}") if value.strip() else None
     return out
 
 

@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
 from fedsel_env.config import parse_yaml
+from fedsel_env.sim.limits import short
 
 from .algorithms import ALGOS
 
@@ -89,8 +90,8 @@ def parse_key_values(items: Sequence[str], what: str) -> Dict[str, Any]:
         cut = min((i for i in (item.find("="), item.find(":")) if i >= 0), default=-1)
         key, value = (item[:cut], item[cut + 1:]) if cut >= 0 else ("", "")
         if cut < 0 or not key.strip():
-            raise ValueError(f"--{what} expects KEY=VALUE (or rl-zoo3's KEY:VALUE) items, got {item!r}")
-        parsed = parse_yaml(value, f"--{what} value {value!r} of {key.strip()!r}")
+            raise ValueError(f"--{what} expects KEY=VALUE (or rl-zoo3's KEY:VALUE) items, got {short(item)}")
+        parsed = parse_yaml(value, f"--{what} value {short(value)} of {short(key.strip())}")
         if isinstance(parsed, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", parsed.strip()):
             parsed = float(parsed)  # 1e-3: a number, as rl-zoo3 reads it (YAML 1.1, PyYAML's, wants 1.0e-3)
         out[key.strip()] = parsed

@@ -32,11 +32,19 @@ import torch
 
 from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
 from ..registry import Registry, check_params
-from .limits import refuse_if_too_big
+from .limits import refuse_if_too_big, short
 from .data_files import DatasetNotFoundError  # noqa: F401  (re-exported: the loaders raise it)
 from .data_files import concat_idx_cached, damaged, file_key, locate_dataset, read_cifar_cached, read_idx
 
-DATASETS = Registry("dataset")
+def _is_data_source(obj: Any) -> Optional[str]:
+    """The interface of a dataset named by import path: a :class:`DataSource` (its ``load`` and ``defaults``)."""
+    if isinstance(obj, DataSource):
+        return None
+    return (f"expected a fedsel_env.sim.data.DataSource(load=..., defaults=...), got {type(obj).__name__} "
+            f"{short(obj)}")
+
+
+DATASETS = Registry("dataset", check=lambda obj: _is_data_source(obj))
 
 # Fixed normalisation (mean, std of [0, 1] pixels over the training files); Fashion-MNIST's
 # were measured on the Debian copy: 0.28604, 0.35302.

@@ -31,6 +31,7 @@ import torch
 
 from .adversary import Adversary, HonestClients, Upload
 from .aggregators import ClientUpdates, make_aggregator
+from .aggregators.base import checked_aggregate
 from .device import gradient_chunk, resolve_device, training_chunk, use_deterministic
 from .models import init_params
 from .parallel import ParallelTrainer, WorkerPool
@@ -199,7 +200,7 @@ class Federation:
                     w_t, responders, self.generators(round_index + 1, responders),
                     prox_mu=float(opts.get("prox_mu", 0.0))))
             sent = self.adversary.messages(responders, w_t, honest)
-            w_next = self.aggregator.aggregate(ClientUpdates(
+            w_next = checked_aggregate(self.aggregator, ClientUpdates(
                 global_params=w_t, local_params=sent.local_models, gradients=sent.gradients,
                 num_samples=torch.as_tensor(self.num_samples[responders], dtype=torch.float32, device=self.device),
                 losses_before=torch.as_tensor(sent.losses, dtype=torch.float32, device=self.device),

@@ -1,4 +1,5 @@
-"""What a config may ask of this machine: memory estimated before it is allocated.
+"""What a config may ask of this machine: memory estimated before it is allocated; and how big, deep and
+long a value a user writes may be before it is even looked at (issue #30).
 
 A size that cannot fit (``num_clients: 10**12``, an MLP of 10⁹ hidden units, N·s shards of 10⁹ each)
 used to fail deep inside numpy or torch with ``MemoryError`` (or the allocator's ``RuntimeError``)
@@ -10,14 +11,39 @@ have run; a config just under the limit may still be slow.
 from __future__ import annotations
 
 import os
+import reprlib
 from pathlib import Path
+from typing import Any, Optional
 
 #: Used when the machine's memory cannot be read.
 FALLBACK_MEMORY = 1 << 40
 
 
+def _address_space_left() -> Optional[int]:
+    """Bytes of address space left under ``ulimit -v`` (``RLIMIT_AS``): its soft limit less what this process
+    has mapped (``VmSize``); None when there is no such limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, ValueError, OSError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return None
+    mapped = 0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                mapped = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    return max(int(soft) - mapped, 0)
+
+
 def memory_budget() -> int:
-    """Bytes this process may use: the machine's physical memory, or a smaller cgroup limit."""
+    """Bytes this process may use: the machine's physical memory, or a smaller cgroup limit, or the address
+    space ``ulimit -v`` (``RLIMIT_AS``) leaves this process."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -29,6 +55,9 @@ def memory_budget() -> int:
             continue
         if text.isdigit() and 0 < int(text) < total:
             total = int(text)
+    left = _address_space_left()
+    if left is not None and left < total:
+        total = left
     return int(total)
 
 
@@ -56,4 +85,77 @@ def refuse_if_too_big(nbytes: float, what: str, fix: str) -> None:
                          f"{format_bytes(budget)}: {fix}")
 
 
-__all__ = ["FALLBACK_MEMORY", "format_bytes", "memory_budget", "refuse_if_too_big"]
+# --- values a user writes: shortened in messages; size, depth and integers bounded --------------------------
+#: A config value's most nodes once YAML aliases (or shared Python objects) are expanded; per-client lists
+#: of 100,000 clients fit.
+MAX_VALUE_NODES = 1_000_000
+#: A config value's deepest nesting (a config is at most a few levels deep).
+MAX_VALUE_DEPTH = 32
+#: The longest integer a config may give, in bits (about 2,466 digits: Python prints no int over 4,300).
+MAX_INT_BITS = 8192
+
+#: The longest a value is shown in an error message.
+SHORT_CHARS = 160
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxtuple = 80, 80, 8, 8
+_SHORT.maxdict, _SHORT.maxset, _SHORT.maxlevel, _SHORT.maxlong = 8, 8, 3, 60
+
+
+def short(value: Any) -> str:
+    """``repr(value)`` cut to a readable length for an error message (``reprlib``): never the whole of a huge
+    or deeply nested value, and no ``ValueError`` for an integer of more digits than Python prints."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits>"
+    try:
+        text = _SHORT.repr(value)
+    except (ValueError, RecursionError, TypeError):  # a huge int inside, or a pathological object
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= SHORT_CHARS else text[:SHORT_CHARS - 5] + " ...]"
+
+
+def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> None:
+    """Refuse a value too big once expanded, nested too deep, or holding an integer too long, before anything
+    walks it recursively (``repr``, ``deepcopy``, validation). Iterative; shared objects (YAML aliases) are
+    sized once each, so a billion-node alias bomb is measured in microseconds.
+
+    :param what: how errors name the value (default ``config field '<field>.<key>'``).
+    :raises ValueError: naming ``field`` (and the key within it) and the limit.
+    """
+    def name(where: str) -> str:
+        return what or f"config field {where!r}"
+
+    sizes: dict = {}
+    stack = [(value, 1, False, field)]
+    while stack:
+        v, depth, done, where = stack.pop()
+        if isinstance(v, int) and not isinstance(v, bool):
+            if v.bit_length() > MAX_INT_BITS:
+                raise ValueError(f"{name(where)} = {short(v)} is invalid: integers are limited to "
+                                 f"{MAX_INT_BITS} bits (about {int(MAX_INT_BITS * 0.30103):,} digits); give a "
+                                 f"smaller number")
+            continue
+        if not isinstance(v, (list, tuple, dict, set, frozenset)):
+            continue
+        if depth > MAX_VALUE_DEPTH:
+            raise ValueError(f"{name(where)} is nested more than {MAX_VALUE_DEPTH} levels deep: "
+                             f"{short(v)}; a config value is a number, a string, or a short list or mapping")
+        if isinstance(v, dict):
+            children = [(c, f"{where}.{k}" if isinstance(k, str) and len(k) < 80 else where)
+                        for k, x in v.items() for c in (k, x)]
+        else:
+            children = [(c, where) for c in v]
+        if done:
+            sizes[id(v)] = 1 + sum(sizes.get(id(c), 1) for c, _ in children)
+            if sizes[id(v)] > MAX_VALUE_NODES:
+                raise ValueError(f"{name(field)} expands to more than {MAX_VALUE_NODES:,} items "
+                                 f"(YAML aliases repeated?): {short(v)}; write the value out in full, smaller")
+            continue
+        if id(v) in sizes:
+            continue
+        sizes[id(v)] = 1  # in progress: a self-referencing value counts its back edge once
+        stack.append((v, depth, True, where))
+        stack.extend((c, depth + 1, False, w) for c, w in children)
+
+
+__all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "check_value_shape",
+           "format_bytes", "memory_budget", "refuse_if_too_big", "short"]

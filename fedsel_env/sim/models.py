@@ -26,10 +26,11 @@ import math
 import torch
 from torch import nn
 
-from ..registry import Registry, check_params
-from .limits import refuse_if_too_big
+from ..registry import Registry, callable_with, check_params
+from .limits import refuse_if_too_big, short
 
-MODELS: Registry = Registry("model")
+MODELS: Registry = Registry("model", check=callable_with(2, "(input_shape, num_classes, **model_params)",
+                                                         "a model is a function or nn.Module class"))
 
 
 class Pool2x2(nn.MaxPool2d):
@@ -122,7 +123,11 @@ def make_model(name: str, input_shape: Tuple[int, ...], num_classes: int,
         if p.default is not inspect.Parameter.empty}
     kw = check_params("model", name, params or {}, defaults)
     with torch.device("meta"):  # its size first, without allocating (nor drawing from any generator)
-        size = num_parameters(factory(tuple(input_shape), num_classes, **kw))
+        probe = factory(tuple(input_shape), num_classes, **kw)
+    if not isinstance(probe, nn.Module):
+        raise ValueError(f"config field 'model' = {short(name)} gave {type(probe).__name__} {short(probe)}, not a "
+                         f"torch.nn.Module: a model is a function or class returning one")
+    size = num_parameters(probe)
     refuse_if_too_big(8.0 * size, f"model {name!r} with model_params {kw} ({size:,} parameters, held at least "
                                   f"twice in float32)", "choose a smaller model or smaller model_params")
     return factory(tuple(input_shape), num_classes, **kw)

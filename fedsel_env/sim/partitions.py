@@ -46,9 +46,10 @@ from typing import Any, List, Mapping, Optional
 
 import numpy as np
 
-from ..registry import Registry, check_params
+from ..registry import Registry, callable_with, check_params
 
-PARTITIONS = Registry("partition")
+PARTITIONS = Registry("partition", check=callable_with(4, "(labels, sizes, num_classes, rng, **params)",
+                                                       "a partition is a function returning N index arrays"))
 
 # A composition change above this fraction of the samples is worth a warning.
 _WARN_FRACTION = 0.01

@@ -73,3 +73,26 @@ class Aggregator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
+
+
+def checked_aggregate(aggregator: Any, updates: ClientUpdates) -> torch.Tensor:
+    """``aggregator.aggregate(updates)``, its result checked: a floating tensor of the global weights' shape,
+    on their device (a plug-in aggregator's wrong answer would otherwise fail deep in torch).
+    Non-finite values are not refused here: the round is then marked diverged, as for a built-in backend.
+
+    :raises ValueError: naming the aggregator and what it returned.
+    """
+    out = aggregator.aggregate(updates)
+    w = updates.global_params
+    if not isinstance(out, torch.Tensor):
+        problem = f"a {type(out).__name__}, not a torch.Tensor"
+    elif out.shape != w.shape:
+        problem = f"a tensor of shape {tuple(out.shape)}, not the global weights' {tuple(w.shape)}"
+    elif not out.is_floating_point():
+        problem = f"a tensor of dtype {out.dtype}, not a floating one like the global weights' {w.dtype}"
+    elif out.device != w.device:
+        problem = f"a tensor on {out.device}, not on the global weights' device {w.device}"
+    else:
+        return out
+    raise ValueError(f"aggregator {type(aggregator).__module__}:{type(aggregator).__qualname__} returned "
+                     f"{problem}: aggregate(updates) must return the next global weights, (P,)")
