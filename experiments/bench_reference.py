@@ -127,6 +127,9 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     from fedsel_eval.run_folder import jsonable
 
     chunk["seconds"] = time.time() - started
+    calibration = Path(args.out) / "calibration.json"  # --part calibrate's output: how Ω was chosen
+    if calibration.is_file():
+        doc["calibration"] = json.loads(calibration.read_text())
     rows = [r for e in doc.get("scenarios", {}).values() for r in e["episodes"]]
     doc["compute_seconds"] = float(sum(r["wall_time_s"] for r in rows))
     text = json.dumps(jsonable(doc), indent=1) + "\n"

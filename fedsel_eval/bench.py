@@ -109,15 +109,32 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
     cfg["observation"] = "dict"
     sha = config_sha(cfg)
     specs = [parse_policy(p, cfg) for p in policies]
+    labels = [sp.label for sp in specs]
+    if len(set(labels)) != len(labels):
+        dup = sorted({x for x in labels if labels.count(x) > 1})
+        raise ValueError(f"policy labels {dup} are given twice on {sc.name} (random and lookahead are always run, "
+                         f"as the reference): give the other one a label, e.g. mine=lookahead:candidates=32")
+    env = None
+    kept = []
+    for text, spec in zip(policies, specs):  # a saved model must fit the scenario (N, observation, action space)
+        if spec.kind != "agent":
+            from .policies import check_model_fits
+
+            env = env or FedSelectEnv(config=cfg)
+            try:
+                check_model_fits(spec, env)
+            except ValueError as e:
+                log(f"{sc.name}: {spec.label} left out: {e}")
+                continue
+        kept.append((text, spec))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / EPISODES
     have = {(r["policy_spec"], r["seed"]): r for r in [*reuse, *_read_rows(path)]
             if r.get("config_sha") == sha and r.get("scenario") == sc.name}
     run = ScenarioRun(sc, cfg)
-    env = None
     for seed in seeds:
-        for text, spec in zip(policies, specs):
+        for text, spec in kept:
             key = (text, int(seed))
             if key not in have:
                 if time.time() >= deadline:
