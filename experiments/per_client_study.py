@@ -41,8 +41,8 @@ import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
 from experiments.favor_study import SETTINGS as FAVOR_SETTINGS  # noqa: E402
-from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, ci_text,  # noqa: E402
-                                     final_accuracy, paired, participation, per_training_seed, rounds, study_start,
+from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, across_text,  # noqa: E402
+                                     across_training_seeds, ci_text, final_accuracy, paired, participation, per_training_seed, rounds, study_start,
                                      target_and_best)
 
 NAME = "per_client_study"
@@ -168,6 +168,7 @@ def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: M
                  "rounds_vs_random": paired(r, base_r), "rounds_vs_best": paired(r, best_r)}
         if len(members) > 1:
             entry["per_training_seed"] = per_training_seed(records, members, cap, base_r, best_r)
+            entry.update(across_training_seeds(entry["per_training_seed"]))
         out["policies"][name] = entry
     for name in ("per_client", "per_client_ens"):  # the second goal: beat FAVOR
         if groups.get(name) and groups.get("favor"):
@@ -196,11 +197,13 @@ def _table(res: Mapping[str, Any], argv: Sequence[str], clock: Any, out: Any, wo
                      "favor": "FAVOR (paper's settings)"}.get(pol, pol)
             rows.append([label, f"{e['mean_rounds']:.1f}", f"{e['missed']}/{e['episodes']}",
                          "—" if pol == "random" else ci_text(e["rounds_vs_random"]),
+                         across_text(e, "rounds_vs_random"),
                          "—" if pol == best else ci_text(e["rounds_vs_best"]),
                          f"{e['mean_final_accuracy']:.3f}", f"{e['jain']:.2f}"])
         lines += [f"On {titles[name]}, seeds {rep['seeds'][0]}–{rep['seeds'][-1]}:\n",
-                  common.md_table(["policy", "rounds to Ω", "missed", "Δ vs random [95% CI]", f"Δ vs {best} [95% CI]",
-                                   "final acc", "Jain (picks)"], rows, align="lrrrrrr"), ""]
+                  common.md_table(["policy", "rounds to Ω", "missed", "Δ vs random [95% CI]",
+                                   "Δ vs random across training seeds [95% CI]", f"Δ vs {best} [95% CI]",
+                                   "final acc", "Jain (picks)"], rows, align="lrrrrrrr"), ""]
         for key, what in (("per_client_vs_favor", "per-client selector"), ("per_client_ens_vs_favor", "its ensemble")):
             if key in rep:
                 lines.append(f"- {what} − FAVOR, rounds to Ω (paired by seed): {ci_text(rep[key])}")

@@ -46,6 +46,13 @@ def _iv(d: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     return {"mean": f(d["mean"]), "lo": f(d["lo"]), "hi": f(d["hi"]), "n": d["n"]}
 
 
+def _across(stored: Optional[Mapping[str, Any]], per_seed: Mapping[str, Any], key: str) -> Optional[Dict[str, Any]]:
+    """The stored across-training-seeds interval in ``paired_t_across``'s form (with the per-seed means)."""
+    if stored is None:
+        return None
+    return {**_iv(stored), "per_training_seed": [v[key]["mean"] for _, v in sorted(per_seed.items())]}
+
+
 def _mean_std(rec: Record, what: str, field: str, where: Mapping[str, Any]) -> None:
     rec.summarise(f"{what}: mean", "mean", field, where=dict(where))
     rec.summarise(f"{what}: std (ddof 0)", "std", field, ddof=0, where=dict(where))
@@ -134,7 +141,8 @@ def _study(name: str, data: Mapping[str, Any], reports: Mapping[str, Mapping[str
                                       stored=_iv(e[key]))
                         if "per_training_seed" in e:
                             rec.summarise(f"{pre}{pol} − {other}: rounds (across training seeds)", "paired_t_across",
-                                          "rounds", where=where, minus={"report": rname, "policy": other})
+                                          "rounds", where=where, minus={"report": rname, "policy": other},
+                                          stored=_across(e.get(f"{key}_across"), e["per_training_seed"], key))
             else:
                 for key in ("mean_rounds", "missed", "mean_final_accuracy", "jain", "rounds_vs_random",
                             "rounds_vs_best", "final_acc_vs_random"):
