@@ -58,7 +58,8 @@ class FedSelectEnv(gym.Env):
                 raise ValueError(f"config {config!r} is invalid: expected a mapping of config fields (a dict) or None")
             config = {**dict(config or {}), **fields}
         self.config = cfg = make_config(config, preset=preset)
-        self.device = resolve_device(cfg["device"], cfg["workers"])  # CUDA where torch sees none: ValueError now
+        # CUDA where torch sees none: ValueError now; auto: a GPU for a CNN (sim/device.py, gpu_is_faster)
+        self.device = resolve_device(cfg["device"], cfg["workers"], cfg["model"])
         self.num_clients, self.k = cfg["num_clients"], cfg["clients_per_round"]
         # Checked at construction, so a bad name fails before any training: reward, backend, action mode.
         self.reward_fn = make_reward(cfg["reward"], cfg["reward_params"])

@@ -93,6 +93,25 @@ def test_auto_and_gpu_indices_resolve(monkeypatch):
     assert resolve_device("cpu", workers=2) == torch.device("cpu")
 
 
+def test_auto_takes_the_gpu_for_convolutional_models_only(monkeypatch):
+    """Issue #33: ``auto`` never gives the slower device: a GPU for a CNN, the CPU for an MLP or logreg."""
+    from torch import nn
+
+    from fedsel_env.sim.device import gpu_is_faster
+
+    _fake_gpus(monkeypatch, 1)
+    for name in ("fedmgda_cnn", "favor_cnn", "cifar_cnn"):
+        assert resolve_device("auto", model=name) == torch.device("cuda")
+    for name in ("mlp", "logreg"):
+        assert resolve_device("auto", model=name) == torch.device("cpu")
+        assert resolve_device("auto", workers=2, model=name) == torch.device("cpu")  # workers stay usable
+    assert resolve_device("cuda", model="mlp") == torch.device("cuda")  # an explicit GPU is taken as asked
+    assert gpu_is_faster(make_model("favor_cnn", (1, 28, 28), 10)) and not gpu_is_faster(make_model("mlp", (64,), 10))
+    assert gpu_is_faster(nn.Sequential(nn.Conv1d(1, 2, 3))) and gpu_is_faster("my_pkg.models:Net")
+    _no_gpu(monkeypatch)
+    assert resolve_device("auto", model="favor_cnn") == torch.device("cpu")
+
+
 def test_cpu_asks_torch_nothing_about_gpus(monkeypatch):
     def boom():
         raise AssertionError("device: cpu must not query CUDA")

@@ -3,7 +3,8 @@
 - :func:`check_device_field` — the config field's syntax (``cpu``, ``cuda``, ``cuda:N``, ``auto``) and
   ``workers`` beside an explicit GPU device, without asking torch about GPUs (``make_config`` calls it);
 - :func:`resolve_device` — the field as a ``torch.device`` on this machine: ``auto`` becomes ``cuda``
-  when torch sees a GPU and ``cpu`` otherwise; CUDA where torch sees none is a ``ValueError`` naming the
+  when torch sees a GPU and the model is one a GPU runs faster (:func:`gpu_is_faster`: a convolutional
+  network), ``cpu`` otherwise; CUDA where torch sees none is a ``ValueError`` naming the
   fix (the env calls it when it is built, the federation when it is made);
 - :func:`use_deterministic` — cuBLAS's workspace setting and ``torch.use_deterministic_algorithms`` for
   a CUDA device, so equal seeds give equal trajectories on the same GPU where torch allows;
@@ -19,10 +20,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import torch
 from torch import nn
+
+#: built-in models with convolutions: ``device: auto`` runs them on a GPU when there is one (docs/ENVIRONMENT.md)
+CONV_MODELS = ("fedmgda_cnn", "favor_cnn", "cifar_cnn")
 
 #: what the config field accepts
 DEVICE_CHOICES = "'cpu', 'cuda', 'cuda:N' (N >= 0) or 'auto'"
@@ -54,11 +58,31 @@ def check_device_field(value: object, workers: int = 1) -> None:
                          "round's clients at once; set workers: 1 (or device: cpu)")
 
 
-def resolve_device(value: str, workers: int = 1) -> torch.device:
+def gpu_is_faster(model: Union[str, nn.Module, None]) -> bool:
+    """``device: auto``'s rule where torch sees a GPU: whether the env's model runs faster there.
+
+    A convolutional network (a built-in of :data:`CONV_MODELS`, or a module with a ``Conv`` layer) does: its
+    local round is arithmetic a GPU does in parallel. A ReLU MLP or logistic regression (``mlp``, ``logreg``)
+    does not: the round is a few small matrix products per step and the env's host-side work (the
+    observation, the clients' losses on the host) weighs as much; one CPU core runs those presets faster
+    (docs/PERFORMANCE.md, "GPU"). A model named by import path is not built to look: ``auto`` takes the GPU
+    for it (name ``cpu`` to keep it there). ``None`` (no model: a learner's device) takes the GPU.
+    """
+    if model is None:
+        return True
+    if isinstance(model, nn.Module):
+        return any(isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) for m in model.modules())
+    if isinstance(model, str) and ":" not in model and "." not in model:
+        return model in CONV_MODELS
+    return True
+
+
+def resolve_device(value: str, workers: int = 1, model: Union[str, nn.Module, None] = None) -> torch.device:
     """The ``device`` field as a ``torch.device`` on this machine.
 
     :param value: the config's ``device``.
     :param workers: the config's ``workers`` (refused beside a GPU, ``auto`` included).
+    :param model: the env's model (its config name or the module), for ``auto``'s rule (:func:`gpu_is_faster`).
     :raises ValueError: for a bad value, CUDA where torch sees none (naming the fix), a GPU index torch
         does not have, or ``workers`` > 1 when the device is a GPU.
     """
@@ -67,7 +91,7 @@ def resolve_device(value: str, workers: int = 1) -> torch.device:
         return torch.device("cpu")  # no CUDA call at all
     available = torch.cuda.is_available()
     if value == "auto":
-        if not available:
+        if not available or not gpu_is_faster(model):
             return torch.device("cpu")
         if workers > 1:
             raise ValueError(f"config field 'workers' = {workers!r} is invalid beside device 'auto', which is a "

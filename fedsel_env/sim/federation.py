@@ -124,7 +124,7 @@ class Federation:
         # A batch larger than the largest client is that client's whole data: capping B changes no
         # result and keeps the (steps, K, B) minibatch plan from allocating B rows per client.
         batch_size = min(int(cfg["batch_size"]), max(int(np.diff(data.train_offsets).max()), 1))
-        self.device = dev = resolve_device(cfg.get("device", "cpu"), cfg["workers"])
+        self.device = dev = resolve_device(cfg.get("device", "cpu"), cfg["workers"], cfg.get("model"))
         use_deterministic(dev)
         # on the CPU .to() returns the same tensors (the worker pool shares them); on a GPU, one upload
         self.x_test, self.y_test = data.x_test.to(dev), data.y_test.to(dev)
