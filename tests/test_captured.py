@@ -129,8 +129,11 @@ def test_an_env_episode_in_fixed_shapes_is_the_default_episode(model, monkeypatc
 # ------------------------------------------------------------------------------------------------ CUDA
 @pytest.fixture
 def float32_gpu(monkeypatch):
+    """fp32 arithmetic (no TF32) and cuDNN's deterministic algorithms, for comparisons on the GPU."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
 
 
 @needs_cuda
@@ -146,7 +149,8 @@ def test_cuda_graph_rounds_equal_the_eager_gpu_rounds(model_name, momentum, prox
         a = eager.train(w, clients, _gens(clients, r), prox_mu, epochs)
         b = graphs.train(w, clients, _gens(clients, r), prox_mu, epochs)
         assert graphs.captured.failed is None, graphs.captured.failed
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+        # the same kernels but for cuBLAS's choice at other batch counts (eager drops finished clients)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
         w = a.mean(dim=0)
     assert all(st.graphs for st in graphs.captured._states.values())
 
