@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
+from .fused_sgd import forward as fused_forward
+from .fused_sgd import fused_net, train_fused
 from .captured import CapturedTrainer, capture_default
 from .linear_sgd import linear_layer, train_linear
 
@@ -78,6 +80,9 @@ class BatchedTrainer:
     :param captured: run each round's steps in fixed shapes, replayed from CUDA graphs on a GPU
         (:mod:`fedsel_env.sim.captured`, issue #33); ``None``: on CUDA (unless ``FEDSEL_CUDA_GRAPHS=0``), not on
         the CPU; ``True`` on the CPU runs the same fixed-shape steps eagerly (the test of the structure).
+    :param fused: train a ReLU MLP (``mlp``; ``logreg`` where the closed form above is not taken) with
+        :mod:`fedsel_env.sim.fused_sgd`'s explicit batched matmuls (the vmapped result bit for bit on the CPU,
+        without functorch's dispatch); False keeps ``vmap``. CNNs always use ``vmap``.
 
     Everything runs on the device of ``x_train`` (the data, the stacked parameters, the masks); the
     minibatch plans are drawn on the host with numpy, so they are the same on every device.
@@ -86,7 +91,7 @@ class BatchedTrainer:
     def __init__(self, model: nn.Module, x_train: torch.Tensor, y_train: torch.Tensor,
                  train_offsets: np.ndarray, batch_size: int, lr: float, local_epochs: int = 1,
                  momentum: float = 0.0, chunk_clients: int = 128, gradient_chunk: Optional[int] = None,
-                 analytic_linear: bool = True, captured: Optional[bool] = None) -> None:
+                 analytic_linear: bool = True, fused: bool = True, captured: Optional[bool] = None) -> None:
         self.model = model
         self.layout = ParamLayout(model)
         self.x, self.y = x_train, y_train
@@ -101,6 +106,9 @@ class BatchedTrainer:
             captured = capture_default(self.device)
         self.captured = (CapturedTrainer(self, capture=self.device.type == "cuda") if captured and self.linear is None
                          else None)
+        #: the model's layers when it is a ReLU MLP (evaluation passes use them on every device)
+        self.net = fused_net(model, x_train)
+        self.fused = self.net if fused and self.linear is None else None
 
         model_ref = model
 
@@ -179,6 +187,12 @@ class BatchedTrainer:
             out = self.captured.train_chunk(global_flat, idx, mask, prox_mu)
             if out is not None:  # None: capturing failed (warned once); the eager path below
                 return out
+        if self.fused is not None:
+            flat = global_flat.unsqueeze(0).repeat(k, 1)
+            train_fused(self.layout.unflatten(flat), self.fused, self.x, self.y, idx.to(self.device),
+                        mask.to(self.device), self.layout.unflatten(global_flat), self.lr, self.momentum, prox_mu,
+                        active=(mask.sum(dim=2) > 0).numpy())
+            return flat
         active_steps = mask.sum(dim=2) > 0  # (S, K): which clients still have samples in each step
         all_active = active_steps.all(dim=1).tolist()  # on the host: no device sync inside the loop
         idx, mask, active_steps = idx.to(self.device), mask.to(self.device), active_steps.to(self.device)
@@ -251,7 +265,10 @@ class BatchedTrainer:
         params = self.layout.unflatten(flat)
         losses, correct = [], []
         for s in range(0, x.shape[0], rows_per_pass):
-            logits = functional_call(self.model, params, (x[s:s + rows_per_pass],))
+            xs = x[s:s + rows_per_pass]
+            # a ReLU MLP's forward with its own ops (the same values, without functional_call's overhead)
+            logits = fused_forward(self.net, params, xs) if self.net is not None else \
+                functional_call(self.model, params, (xs,))
             yy = y[s:s + rows_per_pass]
             # cross-entropy as logsumexp − logit of the label, with the row maximum (and its index, the
             # prediction: the first maximum, as argmax gives) from one max(): the same values, ~4x faster
