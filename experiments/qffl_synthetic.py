@@ -285,7 +285,8 @@ def _report(out: common.Outputs, clock: common.Clock, argv: Sequence[str], args:
     if done:
         _figure(out, grid, rounds)
     # the record's rows: one per finished run, with the chunks (commit, dirty) that computed it (#34)
-    run_rows = [{**{k: r[k] for k in ("algorithm", "q", "seed", "chunks", "round_seconds", "rounds_played")},
+    run_rows = [{**{k: r[k] for k in ("algorithm", "q", "seed", "chunks", "seconds", "round_seconds",
+                                      "rounds_played")},
                  "result": {"metrics": r["result"]["metrics"]}} for r in done]
     out.results({"settings": {"env": base, "rounds": rounds}, "runs": run_rows, "runs_finished": len(done),
                  "runs_recorded": len(runs),

@@ -206,7 +206,12 @@ def qffl_synthetic(data: Mapping[str, Any]) -> Record:
                     training_seed=None, seed=run["seed"], federation_seed=None, rounds=m["rounds"],
                     reached=m["reached"], diverged=bool(m["diverged"]),
                     seconds_per_round=run["round_seconds"] / run["rounds_played"] if run["rounds_played"] else None,
+                    run_minutes=run["seconds"] / 60.0,
                     **{f"{k}_x{scale:g}": m[k] * scale for k, _, scale, _ in METRICS})
+    rec.summarise("every run: wall minutes, summed over runs and chunks", "sum", "run_minutes", where={})
+    for a in data["series"]:
+        for stat in ("min", "max"):
+            rec.summarise(f"{a}: a run's wall minutes, {stat}", stat, "run_minutes", where={"algorithm": a})
     for a, by_q in data["series"].items():
         for q, s in by_q.items():
             where = {"algorithm": a, "q": float(q)}

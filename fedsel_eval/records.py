@@ -36,7 +36,7 @@ Writing one (what ``experiments/`` and ``bench/`` do)::
                   minus={"policy": "random"})                       # computed now, from the rows
     rec.write(path)
 
-Statistics (:data:`STATS`): ``mean``, ``std`` (``ddof`` given), ``min``, ``max``, ``median``, ``count``, ``t_interval`` (Student-t 95%),
+Statistics (:data:`STATS`): ``mean``, ``sum``, ``std`` (``ddof`` given), ``min``, ``max``, ``median``, ``count``, ``t_interval`` (Student-t 95%),
 ``paired_t`` (a − b paired on ``pair_on``, default the episode seed; a side with several rows per key —
 a trained policy's training seeds — is averaged per key first: the CI *conditional on the trained
 models*; both sides must hold the same keys), ``paired_t_across`` (the same difference per training seed,
@@ -180,6 +180,7 @@ def _of(fn: Callable[[np.ndarray], Any], spec: Mapping[str, Any], rows: Sequence
 STATS: Dict[str, Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], Any]] = {
     "mean": lambda s, rows: _of(np.mean, s, rows),
     "std": lambda s, rows: _of(lambda x: x.std(ddof=int(s["ddof"])), s, rows, least=int(s["ddof"]) + 1),
+    "sum": lambda s, rows: _of(np.sum, s, rows),
     "min": lambda s, rows: _of(np.min, s, rows),
     "max": lambda s, rows: _of(np.max, s, rows),
     "median": lambda s, rows: _of(np.median, s, rows),
@@ -190,7 +191,7 @@ STATS: Dict[str, Callable[[Mapping[str, Any], Sequence[Mapping[str, Any]]], Any]
     "paired_change_percent": _change_percent,
     "paired_signs": _signs,
 }
-_NEEDS = {"mean": ("field",), "min": ("field",), "max": ("field",), "median": ("field",), "std": ("field", "ddof"), "count": (), "t_interval": ("field",),
+_NEEDS = {"mean": ("field",), "sum": ("field",), "min": ("field",), "max": ("field",), "median": ("field",), "std": ("field", "ddof"), "count": (), "t_interval": ("field",),
           "paired_t": ("field", "where", "minus"), "paired_t_across": ("field", "where", "minus"),
           "paired_change_percent": ("field", "where", "minus"), "paired_signs": ("field", "where", "minus")}
 
