@@ -17,6 +17,7 @@ batch 10: 300 vmapped steps), captured against eager; random inputs (the speed d
 Each figure is the median of ``--repeats`` rounds after a warm-up round (which captures the graphs).
 
     python bench/gpu_round.py [--ks 5 320 1280 5120] [--repeats 20]
+    python bench/gpu_round.py --device cpu --ks 5 --repeats 2 --favor-repeats 1   # a smoke run (no floor, no graphs)
 """
 from __future__ import annotations
 
@@ -37,20 +38,28 @@ from fedsel_env.sim.models import init_params, make_model  # noqa: E402
 from fedsel_env.sim.training import BatchedTrainer  # noqa: E402
 
 
+DEVICE = torch.device("cuda")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def _median_time(fn, repeats: int) -> float:
     fn()  # warm-up (captures the graphs on the captured path)
-    torch.cuda.synchronize()
+    _sync()
     out = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        _sync()
         out.append(time.perf_counter() - t)
     return statistics.median(out)
 
 
 def _trainer(model_name, input_shape, k, samples, epochs, captured, fused=True):
-    dev = torch.device("cuda")
+    dev = DEVICE
     g = torch.Generator().manual_seed(0)
     n = k * samples
     x = torch.randn(n, *input_shape, generator=g).to(dev)
@@ -99,13 +108,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--favor-repeats", type=int, default=5)
     ap.add_argument("--skip-favor", action="store_true")
+    ap.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run of this script")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
         print("gpu_round: no CUDA GPU here (torch.cuda.is_available() is False); nothing measured")
         return
     import gpu_floor
 
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}; FEDSEL_DETERMINISTIC="
+    name = torch.cuda.get_device_name() if DEVICE.type == "cuda" else "CPU (smoke run: fixed-shape steps, no graphs)"
+    print(f"# {name}, torch {torch.__version__}; FEDSEL_DETERMINISTIC="
           f"{os.environ.get('FEDSEL_DETERMINISTIC', '1')}; median of {args.repeats} rounds, ms")
     print("| K | captured | eager (fused) | vmap | plan (host) | floor (graph) | captured / floor |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -117,8 +130,9 @@ def main() -> None:
         t_eager = _round_time(_trainer("mlp", (64,), k, 80, 1, captured=False), k, args.repeats)
         t_vmap = _round_time(_trainer("mlp", (64,), k, 80, 1, captured=False, fused=False), k,
                              max(3, args.repeats // 4))
-        _eager_floor, t_floor = gpu_floor.floor(k)
-        torch.cuda.empty_cache()
+        t_floor = gpu_floor.floor(k)[1] if DEVICE.type == "cuda" else float("nan")
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
         print(f"| {k} | {t_cap * 1e3:.3f} | {t_eager * 1e3:.3f} | {t_vmap * 1e3:.3f} | {t_plan * 1e3:.3f} | "
               f"{t_floor * 1e3:.3f} | {t_cap / t_floor:.1f}x |", flush=True)
     if args.skip_favor:
@@ -130,16 +144,17 @@ def main() -> None:
         clients = list(range(10))
         times = []
         for r in range(args.favor_repeats + 1):  # round 0 captures the graphs
-            torch.cuda.synchronize()
+            _sync()
             t = time.perf_counter()
             tr.train(w0, clients, [np.random.default_rng([r, c]) for c in clients])
-            torch.cuda.synchronize()
+            _sync()
             times.append(time.perf_counter() - t)
         failed = tr.captured.failed if tr.captured is not None else None
         print(f"favor_cnn local round {label:9s} {statistics.median(times[1:]):.4f} s  (first round: {times[0]:.2f} s)"
               + (f"  !! capture failed: {failed}" if failed else ""), flush=True)
         del tr, w0
-        torch.cuda.empty_cache()
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
 
 if __name__ == "__main__":
     main()
