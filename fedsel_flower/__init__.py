@@ -24,6 +24,7 @@ _EXPORTS = {
     "FedSelectStrategy": "strategy", "draw_initial_arrays": "strategy", "ContextEstimate": "strategy",
     "ClientTask": "task", "fedsel_config": "task", "federated_data": "task",
     "initial_arrays_for": "server_app", "make_server_app": "server_app", "make_client_app": "client_app",
+    "ReplyLimits": "validation",
 }
 __all__ = sorted(_EXPORTS)
 

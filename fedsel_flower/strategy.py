@@ -31,7 +31,7 @@ is the observation's global accuracy.
 from __future__ import annotations
 
 import time
-from logging import INFO
+from logging import INFO, WARNING
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -45,12 +45,14 @@ from flwr.supercore import log
 import agents
 from fedsel_env.actions import ACTION_MODES
 from fedsel_env.sim.aggregators import Aggregator, ClientUpdates, make_aggregator
+from fedsel_env.sim.aggregators.base import checked_aggregate
 from fedsel_env.sim.federation import Evaluation, RoundOpening, RoundReport
 from fedsel_env.sim.models import init_params
 from fedsel_env.server_view import ServerView
 from fedsel_env.spec import SelectionSpec
 from fedsel_env.sim.training import ParamLayout
 
+from .validation import ReplyLimits, check_evaluate_reply, check_train_reply
 from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KEY, NUM_EXAMPLES_KEY,
                    PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, build_model, config_to_json,
                    fedsel_config, flat_of, state_dict_of)
@@ -121,14 +123,21 @@ class FedSelectStrategy(FedAvg):
     :param pca_seed: ``random_state`` of the profiling round's PCA.
     :param fraction_evaluate: share of SuperNodes asked to evaluate each round (FedAvg's; 0 = none).
     :param timeout: seconds to wait for the N SuperNodes to connect and for the profiling round's replies.
+    :param limits: what a client's reply may claim (:class:`fedsel_flower.validation.ReplyLimits`: the most
+        examples a client may register, the update-norm bound). A reply that fails the checks is a failed
+        client of its round (``history[t]["rejected"]``, the ``rejected`` metric, not a responder in the
+        observation's records); in the profiling round it stops the start, naming the node.
     :param kwargs: other arguments of ``flwr.serverapp.strategy.FedAvg`` (``min_evaluate_nodes``, ...).
     """
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, agent: Union[str, AgentFactory] = "random",
                  agent_params: Optional[Mapping[str, Any]] = None, agent_seed: Optional[int] = None,
                  train_seed: int = 0, pca_seed: int = 0, fraction_evaluate: float = 1.0,
-                 timeout: float = 3600.0, **kwargs: Any) -> None:
+                 timeout: float = 3600.0, limits: Optional[ReplyLimits] = None, **kwargs: Any) -> None:
         cfg = fedsel_config(config)
+        if limits is not None and not isinstance(limits, ReplyLimits):
+            raise ValueError(f"limits = {limits!r} is invalid: expected a fedsel_flower.ReplyLimits or None")
+        self.limits = limits or ReplyLimits()
         if not (isinstance(agent, str) or callable(agent)):
             raise ValueError(f"agent = {agent!r} is invalid: expected a registered agent name "
                              f"({sorted(agents.AGENTS)}) or a callable spec -> agent")
@@ -219,10 +228,7 @@ class FedSelectStrategy(FedAvg):
         for msg in replies:
             m = next(iter(msg.content.metric_records.values()))
             node = msg.metadata.src_node_id
-            c = int(m[PARTITION_KEY])
-            if self.client_of and self.client_of.get(node) != c:
-                raise ValueError(f"node {node} replied as partition-id {c}, but it was registered as "
-                                 f"{self.client_of.get(node)} in the profiling round")
+            c = int(m[PARTITION_KEY])  # checked against the node's registration (validation.check_train_reply)
             clients.append(c)
             n_k.append(int(m[NUM_EXAMPLES_KEY]))
             loss.append(float(m["loss"]))
@@ -240,6 +246,25 @@ class FedSelectStrategy(FedAvg):
         out["clients"] = np.asarray(clients, dtype=np.int64)[order]
         out["flats"] = torch.stack(flats)[torch.as_tensor(order)] if flats else torch.zeros(0, self.layout.size)
         return out
+
+    def _validated(self, replies: List[Message], profiling: bool = False) -> tuple:
+        """The replies that pass :func:`~fedsel_flower.validation.check_train_reply`, and {client or node: why}
+        for those that do not (each logged)."""
+        sent = None if profiling else set(self.history[-1]["sent_nodes"]) if self.history else set()
+        registered = None if profiling else dict(enumerate(self.view.num_samples.tolist()))
+        full_gradient = not profiling and self.aggregator.client_update == "full_gradient"
+        valid, rejected = [], {}
+        for msg in replies:
+            problem = check_train_reply(msg, self.layout, self.global_params, self.limits, registered,
+                                        None if profiling else self.client_of, sent, full_gradient)
+            if problem is None:
+                valid.append(msg)
+                continue
+            node = msg.metadata.src_node_id
+            who = self.client_of.get(node, node) if not profiling else node
+            rejected[int(who)] = problem
+            log(WARNING, "fedsel: reply of %s %d rejected: %s", "node" if profiling else "client", who, problem)
+        return valid, rejected
 
     @staticmethod
     def _report(round_index: int, selected: np.ndarray, st: Dict[str, Any], global_params: torch.Tensor,
@@ -279,7 +304,11 @@ class FedSelectStrategy(FedAvg):
         t0 = time.perf_counter()
         log(INFO, "fedsel profiling round: %d clients train one epoch from w_0", n)
         replies, errors = self._check_and_log_replies(
-            list(grid.send_and_receive(msgs, timeout=timeout)), is_train=True)
+            list(grid.send_and_receive(msgs, timeout=timeout)), is_train=True, validate=False)
+        replies, rejected = self._validated(replies, profiling=True)
+        if rejected:  # the profiling round registers the clients: a federation cannot start without all N
+            raise RuntimeError(f"profiling round: the replies of node(s) {sorted(rejected)} were rejected: "
+                               + "; ".join(f"node {k}: {v}" for k, v in sorted(rejected.items())))
         if errors or len(replies) != n:
             raise RuntimeError(f"profiling round: {len(replies)} of {n} clients replied ({len(errors)} errors)")
         ids = sorted(int(next(iter(r.content.metric_records.values()))[PARTITION_KEY]) for r in replies)
@@ -355,16 +384,18 @@ class FedSelectStrategy(FedAvg):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         """Aggregate the responders' updates with the fedsel backend; record what they reported."""
-        valid, _ = self._check_and_log_replies(list(replies), is_train=True)
+        valid, _ = self._check_and_log_replies(list(replies), is_train=True, validate=False)
+        valid, rejected = self._validated(valid)  # a reply that fails is a failed client: never an abort
+        self.history[-1]["rejected"] = rejected
         selected = self._pending.get("selected", np.zeros(0, np.int64))
         w_t = self.global_params
         if not valid:
             nobody = np.zeros(0, np.int64)
             self.view.record(RoundReport(server_round, selected, nobody, None, np.zeros(0), np.zeros(0), nobody,
-                                         np.zeros(0), 0.0, 0.0, w_t))
+                                         np.zeros(0), 0.0, 0.0, w_t, dropped=np.array(sorted(rejected), np.int64)))
             self.contexts.update(nobody, np.zeros(0), np.zeros(0))
             self.history[-1]["global_params"] = w_t.clone()
-            return None, None
+            return None, MetricRecord({"responders": 0, "rejected": len(rejected)})
         st = self._reply_stats(valid)
         full_gradient = self.aggregator.client_update == "full_gradient"
         updates = ClientUpdates(global_params=w_t, local_params=None if full_gradient else st["flats"],
@@ -372,11 +403,12 @@ class FedSelectStrategy(FedAvg):
                                 num_samples=torch.as_tensor(st["n_k"], dtype=torch.float32),
                                 losses_before=torch.as_tensor(st["loss"], dtype=torch.float32),
                                 client_ids=st["clients"], lr=float(self.config["lr"]), round=server_round - 1)
-        w_next = self.aggregator.aggregate(updates)
+        w_next = checked_aggregate(self.aggregator, updates)
         diverged = not bool(torch.isfinite(w_next).all())
         if diverged:
             w_next = w_t
         report = self._report(server_round, selected, st, w_next)
+        report.dropped = np.array(sorted(rejected), dtype=np.int64)
         report.local_models = None if full_gradient else st["flats"]  # gradients say nothing of the weight space
         self.view.record(report)
         self.contexts.update(st["clients"], st["compute"], st["transfer"])
@@ -386,7 +418,8 @@ class FedSelectStrategy(FedAvg):
         self.history[-1]["global_params"] = w_next.clone()
         n = st["n_k"]
         metrics = MetricRecord({"train-loss-before": float(np.sum(st["loss"] * n) / n.sum()),
-                                "responders": int(st["clients"].size), "diverged": int(diverged)})
+                                "responders": int(st["clients"].size), "diverged": int(diverged),
+                                "rejected": len(rejected)})
         return self._arrays(w_next), metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -395,7 +428,16 @@ class FedSelectStrategy(FedAvg):
         return super().configure_evaluate(server_round, arrays, self._base_config(config), grid)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> Optional[MetricRecord]:
-        """FedAvg's examples-weighted metrics; their ``accuracy`` becomes the observation's."""
+        """FedAvg's examples-weighted metrics over the replies that pass
+        :func:`~fedsel_flower.validation.check_evaluate_reply`; their ``accuracy`` becomes the observation's."""
+        ok, _ = self._check_and_log_replies(list(replies), is_train=False, validate=False)
+        replies = []
+        for msg in ok:
+            problem = check_evaluate_reply(msg, self.limits)
+            if problem is None:
+                replies.append(msg)
+            else:
+                log(WARNING, "fedsel: evaluate reply of node %d rejected: %s", msg.metadata.src_node_id, problem)
         metrics = super().aggregate_evaluate(server_round, replies)
         if metrics is not None and "accuracy" in metrics and self.view is not None:
             self.view.accuracy = float(metrics["accuracy"])
