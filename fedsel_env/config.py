@@ -63,12 +63,13 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
     "track_improvement": True,    # measure the responders' loss under w_{t+1} (info["improved_fraction"]);
                                   # False saves one forward pass over their data per round (then NaN)
-    "workers": 1,                 # processes sharing a round's training and evaluation (fork; Linux):
+    "workers": 1,                 # processes sharing a round's training and evaluation (forkserver workers):
                                   # 2 on a 2-core machine with one torch thread each (docs/PERFORMANCE.md)
     "torch_threads": 1,           # CPU threads torch computes on during reset/step (restored after); null = leave
                                   # torch's setting (one thread: 4-6x faster with another core busy, ENVIRONMENT.md)
     "device": "cpu",              # torch device of the simulation: cpu | cuda | cuda:N | auto (a GPU when torch
-                                  # sees one); workers > 1 is a CPU feature (docs/ENVIRONMENT.md, PERFORMANCE.md)
+                                  # sees one and the model is a CNN, else the CPU); workers > 1 is a CPU feature
+                                  # (docs/ENVIRONMENT.md, PERFORMANCE.md)
     "divergence_loss": 1.0e4,     # a global test loss above this (or a non-finite model) counts as divergence
     "federation_seed": None,      # int: fix the partition and the clients' hidden speeds across episodes
                                   # (RL training on one federation); None: they follow the reset seed
