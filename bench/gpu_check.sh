@@ -75,9 +75,10 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
     if [ "$CUDA" = 1 ]; then stage "$@"; else say ""; say "=== $1: no CUDA here, not run"; fi
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
-stage "pytest: captured round, device" 120 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py
-stage "bench/gpu_round.py (the simulator's round against the floor)" 50 "$PYTHON" bench/gpu_round.py
-stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 75 "$PYTHON" bench/gpu_presets.py --budget 1.5
+stage "pytest: captured round, device" 100 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py
+stage "bench/gpu_round.py (the simulator's round against the floor)" 45 "$PYTHON" bench/gpu_round.py
+stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 90 "$PYTHON" bench/gpu_presets.py --budget 1.5 \
+    --presets favor_fmnist default tiny default:one synthetic hetero
 cuda_stage "bench/device_scale.py --device cuda" 45 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
     --loop-clients 5 --single-steps 100 --favor full --favor-rounds 3
 if [ -f bench/vector_env.py ]; then
@@ -86,7 +87,10 @@ if [ -f bench/vector_env.py ]; then
 else
     say ""; say "=== bench/vector_env.py: not in this checkout (issue #27), not measured"
 fi
-stage "pytest: parallel workers, golden trajectories (this host's CPU)" 110 "${PYTEST[@]}" tests/test_parallel.py \
+cuda_stage "bench/gpu_profile.py (where a default step's time goes)" 20 "$PYTHON" bench/gpu_profile.py --steps 30 --top 20
+cuda_stage "bench/gpu_profile.py (where a FAVOR step's time goes)" 35 "$PYTHON" bench/gpu_profile.py --preset favor_fmnist \
+    --steps 5 --top 20
+stage "pytest: parallel workers, golden trajectories (this host's CPU)" 100 "${PYTEST[@]}" tests/test_parallel.py \
     tests/test_golden.py
 say ""
 say "=== gpu_check.sh done, $(date -u +%FT%TZ)"
