@@ -85,7 +85,7 @@ def main(argv: Sequence[str] = None) -> Path:
     note = (f"Rounds to the target Ω (mean ± std over seeds {seeds[0]}–{seeds[-1]}; common random numbers). "
             f"The change in mean rounds counts an episode that never reached Ω at its round cap.\n")
     _figure(out, curves)
-    out.results({"settings": dict(settings), "seeds": seeds, "results": numbers})
+    out.results({"settings": dict(settings), "seeds": seeds, "afl_params": afl_params(), "results": numbers})
     out.fragment("\n".join([note, table, common.wall_time_note(clock.seconds(), args.workers,
                                                                 common.command_line("afl_rounds.py", argv),
                                                                 common.episode_seconds(*all_records),
@@ -93,6 +93,17 @@ def main(argv: Sequence[str] = None) -> Path:
                                                                     clock.seconds(), common.command_line("afl_rounds.py", argv)))]))
     print((out.out / "table.md").read_text())
     return out.out
+
+
+def afl_params() -> Dict[str, Any]:
+    """The α's the ``afl`` policy ran with (the agent's defaults: the paper's α1 = 0.75, α2 = 0.01, α3 = 0.1)."""
+    import inspect
+
+    from agents.afl import AFLAgent
+
+    d = {k: v.default for k, v in inspect.signature(AFLAgent.__init__).parameters.items() if k.startswith("alpha")}
+    d["alpha2"] = 0.01 if d["alpha2"] is None else d["alpha2"]  # None: the paper's 0.01 (agents/afl.py)
+    return d
 
 
 def _figure(out: common.Outputs, curves: Sequence[Tuple[str, float, Any, Any]]) -> None:

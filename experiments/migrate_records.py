@@ -30,6 +30,12 @@ def migrate(path: Path) -> str:
         progress = json.loads((path.parent / "qffl_synthetic_progress.json").read_text())
         key = f"rounds={data['settings']['rounds']} max_samples=none"
         data["runs"] = [r for r in progress["settings"][key]["runs"].values() if r["status"] == "finished"]
+    if name.startswith("per_client_study_"):
+        # that run did not record its reports' federation seeds; the script's protocol fixes them: the seen
+        # report uses the setting's env (its progress file's federation_seed), the unseen one sets null
+        env = json.loads((path.parent / f"{name}_progress.json").read_text())["env"]
+        for rname, rep in data["reports"].items():
+            rep.setdefault("federation_seed", env.get("federation_seed") if rname == "seen" else None)
     rec = records_of.convert(name, data)
     rec.notes.setdefault("migrated", "converted from the pre-#34 results file by experiments/migrate_records.py; "
                                      "'written_by' is the commit that file named")

@@ -114,6 +114,7 @@ def _study(name: str, data: Mapping[str, Any], reports: Mapping[str, Mapping[str
     """favor_study / per_client_study: full rows when the data holds its episodes, else summary-only."""
     config = {k: data.get(k) for k in ("setting", "env", "cap", "omega", "tune_seeds", "report_seeds", "train_steps",
                                        "best_heuristic") if k in data}
+    config["report_federation_seed"] = {r: rep.get("federation_seed", "not recorded") for r, rep in reports.items()}
     has_rows = all("episodes" in rep for rep in reports.values())
     rec = _record(name, data, config, notes={"tune_mean_rounds": data.get("tune_mean_rounds"),
                                              "tune_mean_rounds_note": "chosen on the tuning seeds; their episodes "
@@ -231,7 +232,8 @@ def qffl_synthetic(data: Mapping[str, Any]) -> Record:
 
 
 def afl_rounds(data: Mapping[str, Any]) -> Record:
-    rec = _record("afl_rounds", data, {"settings": data["settings"], "seeds": data["seeds"]})
+    rec = _record("afl_rounds", data, {"settings": data["settings"], "seeds": data["seeds"],
+                                       "afl_params": data.get("afl_params", "not recorded by that run")})
     for label, res in data["results"].items():
         for pol in ("random", "afl"):
             for i, seed in enumerate(data["seeds"]):
