@@ -40,7 +40,7 @@ import torch
 
 from agents.training import cli
 from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, eval_env_config, is_off_policy
-from agents.training.atomic import atomic_save, atomic_write_yaml
+from agents.training.atomic import atomic_save, atomic_write_yaml, lock_run_folder
 from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, config_callbacks, per_call
 from agents.training.cli import Args, check_counts, parse_key_values
 from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env, steps_note
@@ -95,6 +95,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     """Train as ``argv`` says; return the run folder."""
     args = parse_args(argv)
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
+    with lock_run_folder(setup["run_dir"], "train_agent.py"):  # one writer per run folder: a second is refused
+        return train(setup)
+
+
+def train(setup: Dict[str, Any]) -> Path:
+    """Build the envs and the model (new or resumed), learn, save; ``setup`` is :func:`prepare`'s."""
     args, run_dir, env_config, hp = setup["args"], setup["run_dir"], setup["env_config"], setup["hp"]
     if args.verbose:  # the log's first line: SB3's step and episode length against FL rounds
         print(steps_note(env_config, args.n_envs), flush=True)

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from agents.training.atomic import lock_run_folder
+
 from .episodes import evaluate_task, run_episode, run_plan
 from .params import parse_params, split_items
 from .plan import (EVAL_CONFIG_KEYS, BackendSpec, EpisodeTask, EvalPlan, episode_key, load_eval_config, make_plan,
@@ -116,32 +118,33 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     check_ray_address(ray, workers)  # Ray missing: refused before the run folder is written
     for note in plan.notes:
         say(f"note: {note}")
-    try:
-        folder = RunFolder.open(out, plan.record(), resume=resume, overwrite=overwrite)
-    except ValueError:
-        if not (restart_if_changed and resume and not overwrite):
-            raise
-        kept = RunFolder.set_aside(out)
-        if kept is not None:
-            say(f"note: {out} held a different evaluation; its files were moved to {kept}")
-        folder = RunFolder.open(out, plan.record(), overwrite=True)
-    cfg = plan.env_config
-    say(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
-        f"= {len(plan.tasks())} episodes on {plan.env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
-        f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
-    try:
-        records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads, ray=ray)
-    except KeyboardInterrupt as e:
-        raise Interrupted(out / EPISODES_FILE) from e
-    for r in records:  # a record written before a metric was added lacks it: not measured (NaN)
-        for key in METRICS:
-            r["metrics"].setdefault(key, None)
-    rows, results = summarise(records, plan), compare(records, plan, reference)
-    markdown = folder.write_summary(records, rows, results, plan)
-    say(markdown)
-    paths = plot_all(records, plan, out, results) if plots else []
-    return Evaluation(plan=plan, folder=folder, records=records, rows=rows, markdown=markdown, plots=paths,
-                      results=results)
+    with lock_run_folder(out, "fedsel_eval.run"):  # one writer per run folder: a second is refused
+        try:
+            folder = RunFolder.open(out, plan.record(), resume=resume, overwrite=overwrite)
+        except ValueError:
+            if not (restart_if_changed and resume and not overwrite):
+                raise
+            kept = RunFolder.set_aside(out)
+            if kept is not None:
+                say(f"note: {out} held a different evaluation; its files were moved to {kept}")
+            folder = RunFolder.open(out, plan.record(), overwrite=True)
+        cfg = plan.env_config
+        say(f"Evaluating {len(plan.policies)} policies × {len(plan.backends)} backend(s) × {len(plan.seeds)} seeds "
+            f"= {len(plan.tasks())} episodes on {plan.env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
+            f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
+        try:
+            records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads, ray=ray)
+        except KeyboardInterrupt as e:
+            raise Interrupted(out / EPISODES_FILE) from e
+        for r in records:  # a record written before a metric was added lacks it: not measured (NaN)
+            for key in METRICS:
+                r["metrics"].setdefault(key, None)
+        rows, results = summarise(records, plan), compare(records, plan, reference)
+        markdown = folder.write_summary(records, rows, results, plan)
+        say(markdown)
+        paths = plot_all(records, plan, out, results) if plots else []
+        return Evaluation(plan=plan, folder=folder, records=records, rows=rows, markdown=markdown, plots=paths,
+                          results=results)
 
 
 __all__ = ["CONFIG_FILE", "DQN_FAMILY", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",

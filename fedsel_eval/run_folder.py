@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 import numpy as np
 
+from agents.training.atomic import append_line, atomic_write_text
+
 from .plots import PLOT_FILES
 from .summary import summary_csv
 from .tables import episodes_csv, rows_csv, summary_markdown
@@ -124,12 +126,9 @@ class RunFolder:
         return records
 
     def append_episode(self, record: Mapping[str, Any]) -> None:
-        """Append one record as a JSON line, flushed and fsync'ed (a crash loses at most this line)."""
-        line = json.dumps(jsonable(record), allow_nan=False)
-        with open(self.path / EPISODES_FILE, "a") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one record as a JSON line, fsync'ed (a crash loses at most this line; a full disk is a
+        ``ValueError`` naming the file, with the file cut back to its last whole line)."""
+        append_line(self.path / EPISODES_FILE, json.dumps(jsonable(record), allow_nan=False))
 
     def write_summary(self, records: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
                       results: Results, plan: EvalPlan) -> str:
@@ -188,16 +187,6 @@ def config_differences(old: Any, new: Any, prefix: str = "") -> List[str]:
 def _short(v: Any) -> str:
     s = json.dumps(v)
     return s if len(s) <= 80 else s[:77] + "..."
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same folder and ``os.replace``."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def jsonable(x: Any) -> Any:

@@ -96,11 +96,12 @@ class DeployedEvalCallback(EvalCallback):
         self.evaluations_length.append(lengths)
         self.evaluations_successes.append(successes)
         if self.log_path is not None:
-            path = Path(self.log_path + ".npz")
-            with open(path.with_name(path.name + ".tmp"), "wb") as f:
-                np.savez(f, timesteps=self.evaluations_timesteps, results=self.evaluations_results,
-                         ep_lengths=self.evaluations_length, successes=self.evaluations_successes)
-            os.replace(path.with_name(path.name + ".tmp"), path)
+            def write(tmp: Path) -> None:
+                with open(tmp, "wb") as f:
+                    np.savez(f, timesteps=self.evaluations_timesteps, results=self.evaluations_results,
+                             ep_lengths=self.evaluations_length, successes=self.evaluations_successes)
+
+            atomic_save(write, Path(self.log_path + ".npz"))
         mean_reward = float(np.mean(rewards))
         self.last_mean_reward = mean_reward
         reached = [n for n, s in zip(lengths, successes) if s]
