@@ -82,8 +82,8 @@ stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 90 "$PYTH
 cuda_stage "bench/device_scale.py --device cuda" 45 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
     --loop-clients 5 --single-steps 100 --favor full --favor-rounds 3
 if [ -f bench/vector_env.py ]; then
-    cuda_stage "bench/vector_env.py (E = 1,024)" 30 "$PYTHON" bench/vector_env.py --device cuda --sizes 1024 \
-        --presets default
+    cuda_stage "bench/vector_env.py (E = 1,024)" 60 "$PYTHON" bench/vector_env.py --device cuda --sizes 1024 \
+        --presets default --seconds 8 --no-reference
 else
     say ""; say "=== bench/vector_env.py: not in this checkout (issue #27), not measured"
 fi
