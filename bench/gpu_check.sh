@@ -89,7 +89,7 @@ else
 fi
 cuda_stage "bench/gpu_profile.py (where a default step's time goes)" 20 "$PYTHON" bench/gpu_profile.py --steps 30 --top 20
 cuda_stage "bench/gpu_profile.py (where a FAVOR step's time goes)" 35 "$PYTHON" bench/gpu_profile.py --preset favor_fmnist \
-    --steps 5 --top 20
+    --steps 5 --top 20 --reset
 stage "pytest: parallel workers, golden trajectories (this host's CPU)" 100 "${PYTEST[@]}" tests/test_parallel.py \
     tests/test_golden.py
 say ""

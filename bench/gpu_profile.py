@@ -31,13 +31,25 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--reset", action="store_true", help="also profile the first reset (the federation built)")
     args = ap.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_profile: no CUDA GPU here (torch.cuda.is_available() is False); nothing measured")
         return
     env = FedSelectEnv(config=make_config({"device": args.device}, preset=args.preset))
     env.action_space.seed(0)
-    env.reset(seed=0)
+    if args.reset:
+        prof = cProfile.Profile()
+        t = time.perf_counter()
+        prof.enable()
+        env.reset(seed=0)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        prof.disable()
+        print(f"# {args.preset} on {args.device}: first reset {time.perf_counter() - t:.2f} s (profiled)")
+        _print(prof, "cumulative", args.top)
+    else:
+        env.reset(seed=0)
     env.step(env.action_space.sample())
     prof = cProfile.Profile()
     t = time.perf_counter()
@@ -55,12 +67,16 @@ def main() -> None:
     env.close()
     print(f"# {args.preset} on {args.device}: {done} steps, {spent / done * 1e3:.1f} ms a step (profiled)")
     for key in ("cumulative", "tottime"):
-        out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(key).print_stats(args.top)
-        lines = out.getvalue().splitlines()
-        start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
-        print(f"\n## by {key}")
-        print("\n".join(line[:160] for line in lines[start:start + args.top + 1]))
+        _print(prof, key, args.top)
+
+
+def _print(prof: cProfile.Profile, key: str, top: int) -> None:
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats(key).print_stats(top)
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
+    print(f"\n## by {key}")
+    print("\n".join(line[:160] for line in lines[start:start + top + 1]))
 
 
 if __name__ == "__main__":
