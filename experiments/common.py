@@ -139,37 +139,6 @@ def episodes_of(records: Sequence[Mapping[str, Any]], policy: str, backend: Opti
                   key=lambda r: r["seed"])
 
 
-def check_paired_seeds(records: Sequence[Mapping[str, Any]], policies: Sequence[str], seeds: Sequence[int]) -> None:
-    """Raise ``ValueError`` unless each of ``policies`` has exactly one episode per seed of ``seeds``: differences
-    paired by sorted position are only paired by seed when every side holds the same seeds."""
-    want = sorted(int(s) for s in seeds)
-    for p in policies:
-        got = sorted(int(r["seed"]) for r in records if r["policy"] == p)
-        if got != want:
-            raise ValueError(f"policy {p!r} has episodes for seeds {got[:5]}{'...' if len(got) > 5 else ''} "
-                             f"({len(got)}), not the {len(want)} seeds {want[:5]}...: its differences would not "
-                             f"be paired by seed (a run folder missing episodes? rerun the script to resume it)")
-
-
-def episode_rows(records: Sequence[Mapping[str, Any]], groups: Mapping[str, Sequence[str]], cap: int,
-                 **fields: Any) -> List[Dict[str, Any]]:
-    """One row per episode for the record (``fedsel_eval.records``): ``policy`` is the group (a trained
-    variant's name), ``member`` the model, ``training_seed`` its seed (``<name>_s<seed>``; None for a single
-    hand-written policy); a miss counts as ``cap`` rounds (``reached`` says which)."""
-    out = []
-    for group, members in groups.items():
-        for m in members:
-            ts = int(m.rsplit("_s", 1)[1]) if len(members) > 1 and re.search(r"_s\d+$", m) else None
-            for r in episodes_of(records, m):
-                part = r["clients"]["participation"]
-                out.append({"policy": group, "member": m, "training_seed": ts, "seed": int(r["seed"]),
-                            "rounds": float(r["metrics"]["rounds_to_target"]) if r["reached"] else float(cap),
-                            "reached": bool(r["reached"]), "sim_time": r["metrics"]["sim_time"],
-                            "final_accuracy": r["metrics"]["final_accuracy"], "jain": r["metrics"]["jain_index"],
-                            "top_client_share": max(part) / max(sum(part), 1), **fields})
-    return out
-
-
 def row_of(rows: Sequence[Mapping[str, Any]], policy: str, backend: Optional[str] = None) -> Mapping[str, Any]:
     """The summary row of one policy (and backend)."""
     for r in rows:

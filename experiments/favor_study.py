@@ -33,6 +33,7 @@ seeds 1000–1019 (docs/TRAINING.md) — the tuning seeds here — and is report
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
@@ -63,6 +64,37 @@ SETTINGS: Dict[str, Dict[str, Any]] = {
 }
 SMOKE_TRAIN_HP = {"learning_starts": 8, "batch_size": 8, "buffer_size": 100, "train_freq": 1,
                   "target_update_interval": 8, "policy_kwargs": "dict(net_arch=[16])"}
+
+
+def check_paired_seeds(records: Sequence[Mapping[str, Any]], policies: Sequence[str], seeds: Sequence[int]) -> None:
+    """Raise ``ValueError`` unless each of ``policies`` has exactly one episode per seed of ``seeds``: differences
+    paired by sorted position are only paired by seed when every side holds the same seeds."""
+    want = sorted(int(s) for s in seeds)
+    for p in policies:
+        got = sorted(int(r["seed"]) for r in records if r["policy"] == p)
+        if got != want:
+            raise ValueError(f"policy {p!r} has episodes for seeds {got[:5]}{'...' if len(got) > 5 else ''} "
+                             f"({len(got)}), not the {len(want)} seeds {want[:5]}...: its differences would not "
+                             f"be paired by seed (a run folder missing episodes? rerun the script to resume it)")
+
+
+def episode_rows(records: Sequence[Mapping[str, Any]], groups: Mapping[str, Sequence[str]], cap: int,
+                 **fields: Any) -> List[Dict[str, Any]]:
+    """One row per episode for the record (``fedsel_eval.records``): ``policy`` is the group (a trained
+    variant's name), ``member`` the model, ``training_seed`` its seed (``<name>_s<seed>``; None for a single
+    hand-written policy); a miss counts as ``cap`` rounds (``reached`` says which)."""
+    out = []
+    for group, members in groups.items():
+        for m in members:
+            ts = int(m.rsplit("_s", 1)[1]) if len(members) > 1 and re.search(r"_s\d+$", m) else None
+            for r in common.episodes_of(records, m):
+                part = r["clients"]["participation"]
+                out.append({"policy": group, "member": m, "training_seed": ts, "seed": int(r["seed"]),
+                            "rounds": float(r["metrics"]["rounds_to_target"]) if r["reached"] else float(cap),
+                            "reached": bool(r["reached"]), "sim_time": r["metrics"]["sim_time"],
+                            "final_accuracy": r["metrics"]["final_accuracy"], "jain": r["metrics"]["jain_index"],
+                            "top_client_share": max(part) / max(sum(part), 1), **fields})
+    return out
 
 
 def calibrate_target(records: Sequence[Mapping[str, Any]], cap: int) -> float:
@@ -326,8 +358,8 @@ def _analyse(report, trained, cap, omega, best, tune_rounds, setting, s, steps, 
     groups: Dict[str, List[str]] = {pol: [pol] for pol in ("random", *HEURISTICS)}
     groups.update({label: [f"{label}_s{seed}" for seed in runs] for label, runs in trained.items()})
     # the differences below subtract seed-ordered arrays: they are paired by seed only if every side has the seeds
-    common.check_paired_seeds(report, [m for members in groups.values() for m in members], report_seeds)
-    res["episodes"] = common.episode_rows(report, groups, cap, federation_seed=s["env"].get("federation_seed"))
+    check_paired_seeds(report, [m for members in groups.values() for m in members], report_seeds)
+    res["episodes"] = episode_rows(report, groups, cap, federation_seed=s["env"].get("federation_seed"))
     for name, members in groups.items():
         r = np.mean([rounds(report, m, cap) for m in members], axis=0)
         a = np.mean([final_accuracy(report, m) for m in members], axis=0)

@@ -42,8 +42,9 @@ import numpy as np  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.favor_study import SETTINGS as FAVOR_SETTINGS  # noqa: E402
 from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, across_text,  # noqa: E402
-                                     across_training_seeds, ci_text, final_accuracy, paired, participation, per_training_seed, rounds, study_start,
-                                     target_and_best)
+                                     across_training_seeds, check_paired_seeds, ci_text, episode_rows,
+                                     final_accuracy, paired, participation, per_training_seed, rounds,
+                                     study_start, target_and_best)
 
 NAME = "per_client_study"
 HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
@@ -155,9 +156,9 @@ def _analyse(records, cap: int, best: str, seeds: Sequence[int], groups_extra: M
     groups = {pol: [pol] for pol in ("random", *HEURISTICS)}
     groups.update({k: v for k, v in groups_extra.items() if v})
     # the differences below subtract seed-ordered arrays: they are paired by seed only if every side has the seeds
-    common.check_paired_seeds(records, [m for members in groups.values() for m in members], seeds)
+    check_paired_seeds(records, [m for members in groups.values() for m in members], seeds)
     out: Dict[str, Any] = {"seeds": list(seeds), "federation_seed": federation_seed, "policies": {},
-                           "episodes": common.episode_rows(records, groups, cap, federation_seed=federation_seed)}
+                           "episodes": episode_rows(records, groups, cap, federation_seed=federation_seed)}
     for name, members in groups.items():
         r = np.mean([rounds(records, m, cap) for m in members], axis=0)
         a = np.mean([final_accuracy(records, m) for m in members], axis=0)

@@ -91,13 +91,13 @@ def test_the_studies_pairing_asserts_that_the_seeds_agree():
     """favor_study / per_client_study subtract seed-ordered arrays: a policy missing a seed must stop them."""
     import sys
     sys.path.insert(0, str(ROOT))
-    from experiments import common
+    from experiments import favor_study
 
     def ep(policy, seed):
         return {"policy": policy, "seed": seed}
 
     ok = [ep(p, s) for p in ("random", "favor_s0") for s in (5000, 5001)]
-    common.check_paired_seeds(ok, ["random", "favor_s0"], [5000, 5001])
+    favor_study.check_paired_seeds(ok, ["random", "favor_s0"], [5000, 5001])
     shifted = [ep("random", 5000), ep("random", 5001), ep("favor_s0", 5001), ep("favor_s0", 5002)]
     with pytest.raises(ValueError, match="'favor_s0'.*not be paired by seed"):
-        common.check_paired_seeds(shifted, ["random", "favor_s0"], [5000, 5001])
+        favor_study.check_paired_seeds(shifted, ["random", "favor_s0"], [5000, 5001])
