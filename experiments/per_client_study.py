@@ -109,7 +109,7 @@ def main(argv: Sequence[str] = None) -> Path:
     # 3-4. the reports
     mine = [f"per_client_s{seed}={t['dir']}" for seed, t in trained.items()]
     # the ensemble of the training seeds' models (each member's scores standardised, then summed): chosen on
-    # the tuning seeds, where it needed 18.9 rounds against random's 21.1 and pow_d's 20.3 (docs/TRAINING.md)
+    # the tuning seeds, where it needed fewer rounds than random and pow_d (that tuning run kept no record)
     ensemble = len(trained) > 1 and s.get("ensemble", True)
     if ensemble:
         mine.append("per_client_ens=per_client:model_path=["
