@@ -110,7 +110,7 @@ def train(setup: Dict[str, Any]) -> Path:
         save_settings(run_dir, args, env_config, hp)
 
     # 4. envs: training (the algorithm's mode) and evaluation (the deployed form, one env in this process)
-    env = make_vec_env(env_config, args.n_envs)
+    env = make_vec_env(env_config, args.n_envs, args.vec_env)
     eval_env = make_eval_env(eval_env_config(args.algo, env_config))
     spec = eval_env.envs[0].unwrapped.selection_spec
 

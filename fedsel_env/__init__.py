@@ -12,21 +12,26 @@ from . import threads  # noqa: F401  (forked children run torch on one thread: f
 from .config import DEFAULT_CONFIG, ENV_IDS, PRESETS, load_config, make_config
 from .spec import CLIENT_FEATURES, SelectionSpec
 
+#: every id's vector env: E federations in one batched simulator (issue #27; ``gym.make_vec(id, num_envs=E)``)
+_VECTOR = "fedsel_env.vector:FedSelectVectorEnv"
+
 for _preset, _env_id in ENV_IDS.items():
     if _env_id not in gym_registry:
-        register(id=_env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": _preset})
+        register(id=_env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": _preset},
+                 vector_entry_point=_VECTOR)
 # FedSelect-Bench (issue #28): fedsel/Bench-<Name>-v0, each scenario's config (fedsel_env/bench.py)
 from .bench import SCENARIOS as _BENCH  # noqa: E402
 
 for _sc in _BENCH.values():
     if _sc.env_id not in gym_registry:
-        register(id=_sc.env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"config": _sc.env_config()})
+        register(id=_sc.env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"config": _sc.env_config()},
+                 vector_entry_point=_VECTOR)
 #: the multi-objective env: a vector reward, so Gymnasium's checker (which wants a scalar) is off, as
 #: ``mo_gymnasium.make`` turns it off
 MO_ENV_ID = "fedsel/MOFedSelect-v0"
 if MO_ENV_ID not in gym_registry:
     register(id=MO_ENV_ID, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": "default", "reward": "vector"},
-             disable_env_checker=True)
+             disable_env_checker=True, vector_entry_point=_VECTOR)
 
 
 def make_env(preset: str = "default", **config):

@@ -34,7 +34,11 @@ class Args:
         "help": "hyper-parameter YAML (default configs/<algo>.yml)"})
     n_timesteps: Optional[int] = field(default=None, metadata={"aliases": ["-n"],
         "help": "training steps (rounds); default from the config"})
-    n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs (worker processes); default from the config or 1"})
+    n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs; default from the config or 1"})
+    vec_env: str = field(default="batched", metadata={
+        "help": "how the --n-envs envs run: batched (one FedSelectVectorEnv in this process, every sub-env's local "
+                "training in one call; not for action_mode subset, which runs sync), sync (SB3's DummyVecEnv, one "
+                "after another), async (SB3's SubprocVecEnv, a worker process each)"})
     seed: int = field(default=0, metadata={"help": "seed of the model and of the envs' episodes"})
     name: Optional[str] = field(default=None, metadata={"help": "run name (folder under --runs-dir); default <algo>_<env>_seed<seed>"})
     runs_dir: str = field(default="runs/train", metadata={"aliases": ["-f", "--log-folder"],
@@ -107,3 +111,5 @@ def check_counts(args: Args) -> None:
         if getattr(args, name) < 0:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 0 "
                              f"(0 = never, where rl-zoo3 takes -1)")
+    if args.vec_env not in ("batched", "sync", "async"):
+        raise ValueError(f"--vec-env {args.vec_env!r} is invalid: expected batched, sync or async")

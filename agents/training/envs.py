@@ -52,12 +52,29 @@ def make_env_fn(config: Mapping[str, Any], rank: int) -> Callable[[], Any]:
     return _init
 
 
-def make_vec_env(config: Mapping[str, Any], n_envs: int) -> Any:
-    """``n_envs`` envs: in this process for one, in ``SubprocVecEnv`` worker processes for more."""
+#: how ``--n-envs`` envs run (``train_agent.py --vec-env``)
+VEC_ENVS = ("batched", "sync", "async")
+
+
+def make_vec_env(config: Mapping[str, Any], n_envs: int, kind: str = "batched") -> Any:
+    """``n_envs`` training envs: one env in this process (``DummyVecEnv``) for one; for more, ``kind``:
+
+    ``batched`` — :class:`agents.training.batched_vec_env.BatchedVecEnv`, E federations in one
+    ``FedSelectVectorEnv`` (the ``subset`` mode, whose learner-facing wrapper is per env, runs ``sync``);
+    ``sync`` — SB3's ``DummyVecEnv``; ``async`` — SB3's ``SubprocVecEnv`` (a worker process each).
+    """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+    if kind not in VEC_ENVS:
+        raise ValueError(f"--vec-env {kind!r} is invalid: expected one of {list(VEC_ENVS)}")
     fns = [make_env_fn(config, i) for i in range(n_envs)]
-    return DummyVecEnv(fns) if n_envs == 1 else SubprocVecEnv(fns)
+    if n_envs == 1 or (kind == "batched" and config["action_mode"] == "subset") or kind == "sync":
+        return DummyVecEnv(fns)
+    if kind == "batched":
+        from .batched_vec_env import BatchedVecEnv
+
+        return BatchedVecEnv(config, n_envs)
+    return SubprocVecEnv(fns)
 
 
 def close_envs(*vec_envs: Any) -> None:

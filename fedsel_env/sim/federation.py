@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Generator, Optional
 
 import numpy as np
 import torch
@@ -55,6 +55,37 @@ class EpisodeSeeds:
     training: int
     init: int
     profiling: int
+
+
+@dataclass
+class TrainRequest:
+    """Local training a round needs: ``trainer.train(global_flat, clients, generators, prox_mu, epochs)``.
+
+    :meth:`Federation.start_steps` and :meth:`Federation.round_steps` yield one and are sent the (K, P)
+    local models back: :func:`run_inline` answers with the federation's own trainer, and the vector env
+    (``fedsel_env/vector.py``) trains the requests of many federations in one call.
+    """
+
+    trainer: object
+    global_flat: torch.Tensor
+    clients: np.ndarray
+    generators: list
+    prox_mu: float = 0.0
+    epochs: Optional[int] = None
+
+    def run(self) -> torch.Tensor:
+        return self.trainer.train(self.global_flat, self.clients, self.generators, prox_mu=self.prox_mu,
+                                  epochs=self.epochs)
+
+
+def run_inline(steps: Generator):
+    """Drive a generator of :class:`TrainRequest` objects, each answered by its own trainer; its return value."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(request.run())
+    except StopIteration as done:
+        return done.value
 
 
 @dataclass
@@ -146,6 +177,10 @@ class Federation:
 
     # ------------------------------------------------------------ life cycle
     def start(self, seeds: EpisodeSeeds) -> RoundReport:
+        """A new training job (:meth:`start_steps` with the local training done here)."""
+        return run_inline(self.start_steps(seeds))
+
+    def start_steps(self, seeds: EpisodeSeeds) -> Generator[TrainRequest, torch.Tensor, RoundReport]:
         """A new training job: the episode's parts, a fresh w_0 and FAVOR's profiling round.
 
         Every client trains one epoch from w_0 and sends its model (attackers lie here too); the report's
@@ -166,7 +201,7 @@ class Federation:
         self.system.draw_round()  # the profiling round's contexts
         clients = np.arange(n)
         profiling = [np.random.default_rng([int(seeds.profiling), 0, int(c)]) for c in clients]
-        local = self.trainer.train(w0, clients, profiling, epochs=1,
+        local = yield TrainRequest(self.trainer, w0, clients, profiling, epochs=1,
                                    prox_mu=self.aggregator.local_options().get("prox_mu", 0.0))
         losses, rms = self.global_losses(clients)
         sent = self.adversary.messages(clients, w0, Upload(losses, rms, local_models=local))
@@ -183,6 +218,12 @@ class Federation:
 
     def play_round(self, selected: np.ndarray, evaluate: bool = True) -> RoundReport:
         """Play the open round with the clients in ``selected`` (unavailable ones do not respond)."""
+        return run_inline(self.round_steps(selected, evaluate))
+
+    def round_steps(self, selected: np.ndarray, evaluate: bool = True) -> Generator[TrainRequest, torch.Tensor,
+                                                                                     RoundReport]:
+        """:meth:`play_round` as a generator: it yields the round's local training (if any) as a
+        :class:`TrainRequest` and is sent the local models back."""
         round_index, self.round = self.round, self.round + 1
         candidates = np.asarray([c for c in selected if self.system.available[c]], dtype=np.int64)
         arrived = self.adversary.arrivals(candidates, self.system)
@@ -196,9 +237,10 @@ class Federation:
             if self.aggregator.client_update == "full_gradient":
                 honest = Upload(losses, rms, gradients=self.trainer.full_gradients(w_t, responders))
             else:
-                honest = Upload(losses, rms, local_models=self.trainer.train(
-                    w_t, responders, self.generators(round_index + 1, responders),
-                    prox_mu=float(opts.get("prox_mu", 0.0))))
+                local = yield TrainRequest(self.trainer, w_t, responders,
+                                           self.generators(round_index + 1, responders),
+                                           prox_mu=float(opts.get("prox_mu", 0.0)))
+                honest = Upload(losses, rms, local_models=local)
             sent = self.adversary.messages(responders, w_t, honest)
             w_next = checked_aggregate(self.aggregator, ClientUpdates(
                 global_params=w_t, local_params=sent.local_models, gradients=sent.gradients,

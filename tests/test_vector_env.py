@@ -1,0 +1,176 @@
+"""``FedSelectVectorEnv`` (issue #27): E federations in one batched simulator, each sub-env the single env.
+
+Each sub-env's trajectory (observations, rewards, terminated / truncated, every ``info`` entry) must equal
+the single env's with the same seed, config and actions, bit for bit, through Gymnasium's autoresets: in
+every action mode, with availability, drop-outs, stragglers past a deadline, attackers and every
+aggregator, for logistic regression and the MLP (whose local training the vector env fuses across
+sub-envs). Also: ``make_vec`` returns it, it agrees with ``SyncVectorEnv``, the autoreset modes, masks,
+actions checked before anything moves, and the memory refusal naming the E that fits.
+"""
+import numpy as np
+import pytest
+
+import gymnasium as gym
+
+import fedsel_env  # noqa: F401
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.vector import FedSelectVectorEnv
+
+UNRELIABLE = {"system": {"availability": 0.5},
+              "adversary": {"dropout": 0.2, "straggler_fraction": 0.25, "deadline": 6.0,
+                            "attacker_fraction": 0.25, "update_scale": 3.0, "loss_scale": 0.5}}
+AGGREGATORS = [("fedavg", {}), ("qfedavg", {"q": 1.0}), ("fedprox", {"mu": 0.1}), ("qfedsgd", {"q": 1.0}),
+               ("fedmgda+", {})]
+STEPS = 9  # tiny episodes last 5 rounds: every sub-env ends an episode and autoresets
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and not isinstance(a, np.ndarray):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype == object or b.dtype == object:  # info entries batched as object arrays (lists per sub-env)
+        return a.shape == b.shape and all(_same(x, y) for x, y in zip(a.ravel(), b.ravel()))
+    return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
+
+
+def _replay(cfg, seed, actions, preset):
+    """What one sub-env should see: the single env under Gymnasium's next-step autoreset."""
+    env = FedSelectEnv(config=cfg, preset=preset)
+    obs, info = env.reset(seed=seed)
+    out, ended = [(obs, 0.0, False, False, info)], False
+    for a in actions:
+        if ended:
+            obs, info = env.reset()
+            out.append((obs, 0.0, False, False, info))
+            ended = False
+        else:
+            out.append(env.step(a))
+            ended = out[-1][2] or out[-1][3]
+    env.close()
+    return out
+
+
+def _check_against_single(configs, preset, steps=STEPS, seed=3):
+    venv = FedSelectVectorEnv(configs=configs, preset=preset)
+    venv.action_space.seed(seed)
+    obs, info = venv.reset(seed=seed)
+    got = [(obs, np.zeros(venv.num_envs), np.zeros(venv.num_envs, bool), np.zeros(venv.num_envs, bool), info)]
+    actions = []
+    for _ in range(steps):
+        actions.append(venv.action_space.sample())
+        got.append(venv.step(actions[-1]))
+    venv.close()
+    ends = 0
+    for i, cfg in enumerate(configs):
+        want = _replay(cfg, seed + i, [a[i] for a in actions], preset)
+        for t, (w, g) in enumerate(zip(want, got)):
+            w_obs, w_r, w_te, w_tr, w_info = w
+            g_obs, g_r, g_te, g_tr, g_info = g
+            assert _same(w_obs, {k: v[i] for k, v in g_obs.items()} if isinstance(g_obs, dict) else g_obs[i]), (i, t)
+            assert w_r == g_r[i] and w_te == g_te[i] and w_tr == g_tr[i], (i, t)
+            for key, value in w_info.items():
+                assert g_info[f"_{key}"][i] and _same(value, g_info[key][i]), (i, t, key)
+            ends += int(w_te or w_tr)
+    return ends
+
+
+@pytest.mark.parametrize("action_mode", ["one", "topk", "subset"])
+def test_every_sub_env_is_the_single_env_every_aggregator_unreliable_clients(action_mode):
+    """Five sub-envs, one per aggregator (so also configs that differ), with availability 0.5, drop-outs,
+    stragglers past a deadline and attackers scaling their updates and forging their losses."""
+    configs = [{"action_mode": action_mode, "aggregator": agg, "aggregator_params": params, **UNRELIABLE}
+               for agg, params in AGGREGATORS]
+    assert _check_against_single(configs, "tiny") >= len(configs)  # every sub-env autoreset at least once
+
+
+@pytest.mark.parametrize("momentum,aggregator", [(0.0, "fedavg"), (0.5, "fedprox")])
+def test_mlp_sub_envs_trained_together_are_the_single_env(momentum, aggregator):
+    """The MLP's local SGD of all sub-envs in one fused call (different federations, momentum, FedProx)."""
+    small = {"num_clients": 8, "clients_per_round": 3, "max_rounds": 3, "samples_per_client": 30,
+             "model_params": {"hidden": 16}, "momentum": momentum, "aggregator": aggregator,
+             "aggregator_params": {"mu": 0.1} if aggregator == "fedprox" else {}, "system": {"availability": 0.7}}
+    configs = [dict(small), dict(small, federation_seed=5), dict(small, action_mode="one", one_mode_step="1/K")]
+    # the third has another action space: only the first two together, the third against itself
+    _check_against_single(configs[:2], "default", steps=5)
+    _check_against_single([configs[2], configs[2]], "default", steps=5)
+
+
+def test_make_vec_returns_it_and_it_agrees_with_sync_vector_env():
+    cfg = {"action_mode": "topk", **UNRELIABLE}
+    ours = gym.make_vec("fedsel/FedSelect-Tiny-v0", num_envs=3, config=cfg)
+    sync = gym.make_vec("fedsel/FedSelect-Tiny-v0", num_envs=3, vectorization_mode="sync", config=cfg)
+    assert isinstance(ours, FedSelectVectorEnv) and not isinstance(sync, FedSelectVectorEnv)
+    assert ours.single_observation_space == sync.single_observation_space
+    assert ours.action_space == sync.action_space
+    ours.action_space.seed(1)
+    a = [ours.action_space.sample() for _ in range(STEPS)]
+    results = []
+    for envs in (ours, sync):
+        out = [envs.reset(seed=11)]
+        out += [envs.step(act) for act in a]
+        envs.close()
+        results.append(out)
+    for t, (x, y) in enumerate(zip(*results)):
+        assert len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y)), t
+
+
+def test_same_step_and_disabled_autoreset():
+    cfg = {"max_rounds": 2}
+    same = FedSelectVectorEnv(2, preset="tiny", config=cfg, autoreset_mode="same_step")
+    same.reset(seed=0)
+    act = np.ones((2, 8), dtype=np.float32)
+    same.step(act)
+    obs, _, te, tr, info = same.step(act)
+    assert (te | tr).all() and info["_final_obs"].all()
+    assert not np.array_equal(info["final_obs"][0]["progress"], obs["progress"][0])  # a fresh episode's
+    assert obs["progress"][0][0] == 0.0
+    same.close()
+    off = FedSelectVectorEnv(2, preset="tiny", config=cfg, autoreset_mode="disabled")
+    off.reset(seed=0)
+    off.step(act)
+    off.step(act)
+    with pytest.raises(ValueError, match="reset_mask"):
+        off.step(act)
+    off.reset(options={"reset_mask": np.array([True, True])})
+    off.step(act)
+    off.close()
+
+
+def test_masks_and_a_bad_action_changes_nothing():
+    cfg = {"action_mode": "subset", "system": {"availability": 0.5}}
+    venv = FedSelectVectorEnv(2, preset="tiny", config=cfg)
+    twin = FedSelectVectorEnv(2, preset="tiny", config=cfg)
+    venv.reset(seed=4)
+    twin.reset(seed=4)
+    masks = venv.action_masks()
+    assert masks.shape == (2, 8) and masks.dtype == bool
+    assert all(np.array_equal(masks[i], e.action_masks()) for i, e in enumerate(venv.envs))
+    good = np.zeros((2, 8), dtype=np.int8)
+    good[:, 0] = 1
+    bad = good.copy()
+    bad[1] = 1  # more than K = 3 marks in sub-env 1
+    with pytest.raises(ValueError, match="sub-env 1"):
+        venv.step(bad)
+    assert _same(venv.step(good), twin.step(good))  # the rejected step moved no sub-env
+    venv.close()
+    twin.close()
+
+
+def test_bad_arguments_and_memory_refusal(monkeypatch):
+    import fedsel_env.vector as vector
+
+    with pytest.raises(ValueError, match="num_envs"):
+        FedSelectVectorEnv(0, preset="tiny")
+    with pytest.raises(ValueError, match="one config per sub-env"):
+        FedSelectVectorEnv(3, configs=[{}, {}], preset="tiny")
+    with pytest.raises(ValueError, match="workers: 1"):
+        FedSelectVectorEnv(2, preset="tiny", config={"workers": 2})
+    with pytest.raises(ValueError, match="space differs"):
+        FedSelectVectorEnv(configs=[{}, {"num_clients": 9}], preset="tiny")
+    per_env = vector.env_bytes(FedSelectEnv(preset="tiny"))
+    monkeypatch.setattr(vector, "memory_budget", lambda: 10 * per_env + 1)
+    with pytest.raises(ValueError, match=r"num_envs = 64 .* use num_envs <= 10"):
+        FedSelectVectorEnv(64, preset="tiny")
+    FedSelectVectorEnv(10, preset="tiny").close()
