@@ -46,7 +46,7 @@ def parse_params(items: Union[str, Sequence[str]], what: str) -> Dict[str, Any]:
                              f"(e.g. 'v=10,beta=0.1')")
         if key in out:
             raise ValueError(f"parameter {key!r} given twice for {what}")
-        out[key] = parse_yaml(value, f"value {short(value)} of parameter {key!r} for {what}") if value.strip() else None
+        out[key] = parse_yaml(value, f"value {short(value)} of parameter {key!r} for {what}", field=key) if value.strip() else None
     return out
 
 

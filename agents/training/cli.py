@@ -95,7 +95,7 @@ def parse_key_values(items: Sequence[str], what: str) -> Dict[str, Any]:
         key, value = (item[:cut], item[cut + 1:]) if cut >= 0 else ("", "")
         if cut < 0 or not key.strip():
             raise ValueError(f"--{what} expects KEY=VALUE (or rl-zoo3's KEY:VALUE) items, got {short(item)}")
-        parsed = parse_yaml(value, f"--{what} value {short(value)} of {short(key.strip())}")
+        parsed = parse_yaml(value, f"--{what} value {short(value)} of {short(key.strip())}", field=key.strip())
         if isinstance(parsed, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", parsed.strip()):
             parsed = float(parsed)  # 1e-3: a number, as rl-zoo3 reads it (YAML 1.1, PyYAML's, wants 1.0e-3)
         out[key.strip()] = parsed

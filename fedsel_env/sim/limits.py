@@ -91,6 +91,8 @@ def refuse_if_too_big(nbytes: float, what: str, fix: str) -> None:
 MAX_VALUE_NODES = 1_000_000
 #: A config value's deepest nesting (a config is at most a few levels deep).
 MAX_VALUE_DEPTH = 32
+#: The longest string a config value may be.
+MAX_STRING_CHARS = 1 << 20
 #: The longest integer a config may give, in bits (about 2,466 digits: Python prints no int over 4,300).
 MAX_INT_BITS = 8192
 
@@ -99,6 +101,17 @@ SHORT_CHARS = 160
 _SHORT = reprlib.Repr()
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxtuple = 80, 80, 8, 8
 _SHORT.maxdict, _SHORT.maxset, _SHORT.maxlevel, _SHORT.maxlong = 8, 8, 3, 60
+
+
+class TooLongInteger:
+    """A YAML integer of more digits than :data:`MAX_INT_BITS` allow (Python would not even read it), kept as
+    this marker so that :func:`check_value_shape` refuses it naming its field."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = int(digits)
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits:,} digits>"
 
 
 def short(value: Any) -> str:
@@ -134,6 +147,14 @@ def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> Non
                                  f"{MAX_INT_BITS} bits (about {int(MAX_INT_BITS * 0.30103):,} digits); give a "
                                  f"smaller number")
             continue
+        if isinstance(v, (str, bytes)):
+            if len(v) > MAX_STRING_CHARS:
+                raise ValueError(f"{name(where)} is a string of {len(v):,} characters, over the {MAX_STRING_CHARS:,} "
+                                 f"a config value may have: {short(v)}")
+            continue
+        if isinstance(v, TooLongInteger):
+            raise ValueError(f"{name(where)} = {v!r} is invalid: integers are limited to {MAX_INT_BITS} bits "
+                             f"(about {int(MAX_INT_BITS * 0.30103):,} digits); give a smaller number")
         if not isinstance(v, (list, tuple, dict, set, frozenset)):
             continue
         if depth > MAX_VALUE_DEPTH:
@@ -157,5 +178,5 @@ def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> Non
         stack.extend((c, depth + 1, False, w) for c, w in children)
 
 
-__all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "check_value_shape",
+__all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "TooLongInteger", "check_value_shape",
            "format_bytes", "memory_budget", "refuse_if_too_big", "short"]

@@ -123,7 +123,14 @@ def make_model(name: str, input_shape: Tuple[int, ...], num_classes: int,
         if p.default is not inspect.Parameter.empty}
     kw = check_params("model", name, params or {}, defaults)
     with torch.device("meta"):  # its size first, without allocating (nor drawing from any generator)
-        probe = factory(tuple(input_shape), num_classes, **kw)
+        try:
+            probe = factory(tuple(input_shape), num_classes, **kw)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - a plug-in's own failure: named, not raw
+            if name in MODELS:
+                raise
+            raise ValueError(f"config field 'model' = {short(name)} failed when called with input_shape "
+                             f"{tuple(input_shape)}, num_classes {num_classes} ({type(e).__name__}: "
+                             f"{short(str(e))}): a model is a function or nn.Module class taking them") from e
     if not isinstance(probe, nn.Module):
         raise ValueError(f"config field 'model' = {short(name)} gave {type(probe).__name__} {short(probe)}, not a "
                          f"torch.nn.Module: a model is a function or class returning one")

@@ -47,6 +47,7 @@ from typing import Any, List, Mapping, Optional
 import numpy as np
 
 from ..registry import Registry, callable_with, check_params
+from .limits import short
 
 PARTITIONS = Registry("partition", check=callable_with(4, "(labels, sizes, num_classes, rng, **params)",
                                                        "a partition is a function returning N index arrays"))
@@ -72,7 +73,16 @@ def partition_indices(name: str, labels: np.ndarray, sizes: np.ndarray, num_clas
                 if p.kind is inspect.Parameter.KEYWORD_ONLY}
     merged = check_params("partition", name, dict(params or {}), defaults)
     labels, sizes = _check_pool(labels, sizes, num_classes)
-    return fn(labels, sizes, num_classes, rng, **merged)
+    if name in PARTITIONS:
+        return fn(labels, sizes, num_classes, rng, **merged)
+    try:  # a plug-in's own failure, whatever it is: named, not raw
+        return fn(labels, sizes, num_classes, rng, **merged)
+    except ValueError:
+        raise
+    except (Exception, SystemExit) as e:  # noqa: BLE001
+        raise ValueError(f"config field 'partition' = {short(name)} failed ({type(e).__name__}: {short(str(e))}): "
+                         f"a partition is a function (labels, sizes, num_classes, rng, **params) returning N "
+                         f"index arrays") from e
 
 
 def _check_pool(labels: np.ndarray, sizes: np.ndarray, num_classes: int) -> tuple:
