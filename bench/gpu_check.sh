@@ -75,11 +75,11 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
     if [ "$CUDA" = 1 ]; then stage "$@"; else say ""; say "=== $1: no CUDA here, not run"; fi
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
-stage "pytest: captured round, device" 100 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py
+stage "pytest: captured round, device" 90 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py
 stage "bench/gpu_round.py (the simulator's round against the floor)" 45 "$PYTHON" bench/gpu_round.py
 stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 90 "$PYTHON" bench/gpu_presets.py --budget 1.5 \
     --presets favor_fmnist default tiny default:one synthetic hetero
-cuda_stage "bench/device_scale.py --device cuda" 45 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
+cuda_stage "bench/device_scale.py --device cuda" 60 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
     --loop-clients 5 --single-steps 100 --favor full --favor-rounds 3
 if [ -f bench/vector_env.py ]; then
     cuda_stage "bench/vector_env.py (E = 1,024)" 60 "$PYTHON" bench/vector_env.py --device cuda --sizes 1024 \
