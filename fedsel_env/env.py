@@ -28,7 +28,7 @@ from .config import make_config
 from .sim.data import build_federated_data
 from .sim.device import resolve_device
 from .episode_info import EpisodeTally
-from .sim.federation import EpisodeSeeds, Federation, run_inline
+from .sim.federation import EpisodeSeeds, Federation, inline
 from .sim.models import make_model, num_parameters
 from .sim.parallel import WorkerPool
 from .rewards import RoundOutcome, make_reward
@@ -109,13 +109,9 @@ class FedSelectEnv(gym.Env):
         return self._federations[seed]
 
     # ------------------------------------------------------------------- reset
-    @on_env_threads
-    def reset(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None):
-        """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA."""
-        return run_inline(self.reset_steps(seed=seed, options=options))
-
     def reset_steps(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None):
-        """:meth:`reset` as a generator of the profiling round's ``TrainRequest`` (``fedsel_env/vector.py``)."""
+        """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA (``reset``;
+        as a generator it yields the profiling round's ``TrainRequest``, for ``fedsel_env/vector.py``)."""
         if seed is not None:
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
                 raise ValueError(f"reset seed {seed!r} is invalid: expected an integer >= 0 or None")
@@ -127,8 +123,7 @@ class FedSelectEnv(gym.Env):
         init, pca, profiling = (s[3], s[4], s[2]) if self.config["init"] == "episode" else \
             [int(x) for x in np.random.default_rng([fed_seed, 8]).integers(0, 2**31 - 1, size=3)]
         self.federation = fed = self._federation(fed_seed)
-        seeds = EpisodeSeeds(fed_seed, system=s[1], training=s[2], init=init, profiling=profiling)
-        report = yield from fed.start_steps(seeds)
+        report = yield from fed.start_steps(EpisodeSeeds(fed_seed, s[1], s[2], init, profiling))
         self.selection_spec = self._spec(fed.num_samples)
         self.view = ServerView(self.config, fed.num_samples, self.model_size, self.pca_components, self.server_step)
         broken = self.view.start(report, pca_seed=pca)
@@ -137,14 +132,12 @@ class FedSelectEnv(gym.Env):
         self._round = 0
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
-    # -------------------------------------------------------------------- step
-    @on_env_threads
-    def step(self, action: Any):
-        """One communication round (a share of one in the ``one`` mode) with the clients the action names."""
-        return run_inline(self.step_steps(action))
+    reset = on_env_threads(inline(reset_steps))  # Gymnasium's reset: reset_steps with its training done here
 
+    # -------------------------------------------------------------------- step
     def step_steps(self, action: Any):
-        """:meth:`step` as a generator of the round's ``TrainRequest`` (``fedsel_env/vector.py``)."""
+        """One communication round (a share of one in the ``one`` mode) with the clients the action names
+        (``step``; as a generator it yields the round's ``TrainRequest``, for ``fedsel_env/vector.py``)."""
         if self.federation is None:
             raise RuntimeError("call reset() before step()")
         selected = self.action_mode.decode(action, self.view.available)  # may raise; no side effect
@@ -166,6 +159,8 @@ class FedSelectEnv(gym.Env):
             self.view.open_round(self.federation.open_round())
         return self.view.observe(), reward if hasattr(self, "reward_space") else float(reward), terminated, \
             truncated, self.tally.step_info(report, self.view, terminated)
+
+    step = on_env_threads(inline(step_steps))  # Gymnasium's step: step_steps with its training done here
 
     # ---------------------------------------------------------------- queries
     @on_env_threads

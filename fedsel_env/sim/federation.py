@@ -23,8 +23,9 @@ arrives; what they send), never through branches here.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
-from typing import Dict, Generator, Optional
+from typing import Callable, Dict, Generator, Optional
 
 import numpy as np
 import torch
@@ -76,6 +77,14 @@ class TrainRequest:
     def run(self) -> torch.Tensor:
         return self.trainer.train(self.global_flat, self.clients, self.generators, prox_mu=self.prox_mu,
                                   epochs=self.epochs)
+
+
+def inline(steps_method: Callable) -> Callable:
+    """The method that runs generator method ``steps_method`` to its end with :func:`run_inline`."""
+    @functools.wraps(steps_method)
+    def method(*args, **kwargs):
+        return run_inline(steps_method(*args, **kwargs))
+    return method
 
 
 def run_inline(steps: Generator):
