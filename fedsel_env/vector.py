@@ -39,21 +39,30 @@ from .threads import torch_threads
 from .vector_training import drive
 
 
-def env_bytes(env: FedSelectEnv) -> int:
-    """A lower bound of one sub-env's memory: its federated data and the profiling round's models with the PCA."""
+def env_bytes(env: FedSelectEnv, shared_data: bool = False) -> tuple:
+    """Lower bounds of the memory of sub-envs like ``env``: (once, per sub-env) bytes.
+
+    Per sub-env: its federated data (unless the sub-envs share one federation's data), and the profiling
+    round's N + 1 models, all held at once while their training is batched (twice: trained, and sent).
+    Once: FAVOR's PCA over them (``PCA_BYTES_PER_WEIGHT``), fitted one sub-env at a time.
+    """
     _, data = env._probe
     held = sum(t.numel() * t.element_size() for t in (data.x_train, data.y_train, data.x_test, data.y_test))
-    return int(held + PCA_BYTES_PER_WEIGHT * (env.num_clients + 1) * env.model_size)
+    models = 2 * 4 * (env.num_clients + 1) * env.model_size
+    once = PCA_BYTES_PER_WEIGHT * (env.num_clients + 1) * env.model_size + (held if shared_data else 0)
+    return int(once), int(models + (0 if shared_data else held))
 
 
-def refuse_too_many(num_envs: int, per_env: int) -> None:
-    """``ValueError`` naming the most sub-envs that fit when ``num_envs`` of ``per_env`` bytes do not."""
+def refuse_too_many(num_envs: int, once: int, per_env: int) -> None:
+    """``ValueError`` naming the most sub-envs that fit when ``num_envs`` of them do not."""
     budget = memory_budget()
-    if num_envs * per_env > budget:
-        fits = max(budget // max(per_env, 1), 0)
-        raise ValueError(f"num_envs = {num_envs} needs about {format_bytes(num_envs * per_env)} of memory "
-                         f"({format_bytes(per_env)} a sub-env: its data, and the profiling round's models and PCA), "
-                         f"more than this machine's {format_bytes(budget)}: use num_envs <= {fits}")
+    need = once + num_envs * per_env
+    if need > budget:
+        fits = max((budget - once) // max(per_env, 1), 0)
+        raise ValueError(f"num_envs = {num_envs} needs about {format_bytes(need)} of memory "
+                         f"({format_bytes(per_env)} a sub-env: its data and the profiling round's models; "
+                         f"{format_bytes(once)} once: the PCA), more than this machine's {format_bytes(budget)}: "
+                         f"use num_envs <= {fits}")
 
 
 def _autoreset_mode(value: Any) -> AutoresetMode:
@@ -110,8 +119,14 @@ class FedSelectVectorEnv(VectorEnv):
                 raise ValueError(f"sub-env {i}: config field 'workers' = {env.config['workers']} is invalid in the "
                                  f"vector env, which trains every sub-env's clients in one call: set workers: 1")
             if i == 0:
-                refuse_too_many(self.num_envs, env_bytes(env))
+                # sub-envs of one config on one federation share its data (read-only)
+                shared = env.config["federation_seed"] is not None and all(c == configs[0] for c in configs)
+                refuse_too_many(self.num_envs, *env_bytes(env, shared))
+                if shared:  # its federation's data, built once (the env keeps it as its probe)
+                    env._federation(env.config["federation_seed"])
                 self.single_observation_space, self.single_action_space = env.observation_space, env.action_space
+            elif shared:
+                env._probe = self.envs[0]._probe
             elif env.observation_space != self.single_observation_space or env.action_space != self.single_action_space:
                 raise ValueError(f"sub-env {i}'s observation or action space differs from sub-env 0's "
                                  f"(num_clients, action_mode, observation, pca_components must agree)")

@@ -169,8 +169,20 @@ def test_bad_arguments_and_memory_refusal(monkeypatch):
         FedSelectVectorEnv(2, preset="tiny", config={"workers": 2})
     with pytest.raises(ValueError, match="space differs"):
         FedSelectVectorEnv(configs=[{}, {"num_clients": 9}], preset="tiny")
-    per_env = vector.env_bytes(FedSelectEnv(preset="tiny"))
-    monkeypatch.setattr(vector, "memory_budget", lambda: 10 * per_env + 1)
+    once, per_env = vector.env_bytes(FedSelectEnv(preset="tiny"))
+    monkeypatch.setattr(vector, "memory_budget", lambda: once + 10 * per_env + 1)
     with pytest.raises(ValueError, match=r"num_envs = 64 .* use num_envs <= 10"):
         FedSelectVectorEnv(64, preset="tiny")
     FedSelectVectorEnv(10, preset="tiny").close()
+
+
+def test_sub_envs_on_one_federation_share_its_data():
+    venv = FedSelectVectorEnv(3, preset="tiny", config={"federation_seed": 2})
+    venv.reset(seed=0)
+    x = [e.federation.trainer.x for e in venv.envs]
+    assert all(t.data_ptr() == x[0].data_ptr() for t in x)  # one copy, read by every sub-env
+    venv.close()
+    other = FedSelectVectorEnv(2, preset="tiny")  # a federation per episode: each its own
+    other.reset(seed=0)
+    assert other.envs[0].federation.trainer.x.data_ptr() != other.envs[1].federation.trainer.x.data_ptr()
+    other.close()
