@@ -342,12 +342,21 @@ class Outputs:
     def fragment(self, markdown: str) -> Path:
         """Write ``table.md``; when publishing, splice it (with its figures) into docs/REPRODUCTION.md."""
         images = "".join(f"\n![{stem}](img/repro_{stem}.png)\n" for stem in self.figures)
-        text = markdown.rstrip() + "\n\n" + provenance_note(self.provenance) + "\n" + images
+        record = (f"*Record: `experiments/results/{self.name}.json` (`python -m fedsel_eval.recompute` recomputes "
+                  f"every figure above from its rows).*\n" if records_of_exists(self.name) else "")
+        text = markdown.rstrip() + "\n\n" + provenance_note(self.provenance) + "\n" + record + images
         path = self.out / "table.md"
         path.write_text(text)
         if self.publish:
             splice(DOC, self.name, text)
         return path
+
+
+def records_of_exists(name: str) -> bool:
+    """Whether experiment ``name`` publishes a record (``experiments/records_of.py``)."""
+    from experiments import records_of
+
+    return records_of.has_converter(name)
 
 
 def splice(doc: Path, name: str, text: str) -> None:
