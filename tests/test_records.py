@@ -101,3 +101,25 @@ def test_the_studies_pairing_asserts_that_the_seeds_agree():
     shifted = [ep("random", 5000), ep("random", 5001), ep("favor_s0", 5001), ep("favor_s0", 5002)]
     with pytest.raises(ValueError, match="'favor_s0'.*not be paired by seed"):
         favor_study.check_paired_seeds(shifted, ["random", "favor_s0"], [5000, 5001])
+
+
+def test_a_real_evaluation_becomes_a_record_that_recomputes(tmp_path):
+    """What a benchmark does: fedsel_eval.run's episode records → rows (add_episodes) → summaries → file."""
+    import fedsel_eval
+
+    ev = fedsel_eval.run(tmp_path / "ev", "tiny", ["random", "afl"], seeds=[0, 1, 2], rounds=3, target=0.99,
+                         progress=False, plots=False)
+    rec = records.Record("tiny_bench", config={"env": ev.plan.env_config, "seeds": [0, 1, 2]})
+    c = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval")), note="test")
+    rec.add_episodes(c, ev.records, cap=3, group="tiny")
+    assert len(rec.rows) == 6 and {r["policy"] for r in rec.rows} == {"random", "afl"}
+    row = rec.rows[0]
+    assert set(records.EPISODE_FIELDS) <= set(row) and row["group"] == "tiny" and row["rounds"] == 3  # a miss: the cap
+    by_seed = {r["seed"]: r["metrics"]["final_accuracy"] for r in ev.records if r["policy"] == "afl"}
+    d = rec.summarise("afl − random, final accuracy", "paired_t", "final_accuracy", where={"policy": "afl"},
+                      minus={"policy": "random"})
+    want = np.mean([by_seed[s] - next(r["metrics"]["final_accuracy"] for r in ev.records
+                                      if r["policy"] == "random" and r["seed"] == s) for s in by_seed])
+    assert d["n"] == 3 and d["mean"] == pytest.approx(want)
+    path = rec.write(tmp_path / "tiny_bench.json")
+    assert recompute.main(["--quiet", str(path)]) == 0
