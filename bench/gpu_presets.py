@@ -116,7 +116,8 @@ def main() -> None:
                 print(f"| {preset} | {device} | failed: {type(e).__name__}: {str(e)[:200]} | | | |", flush=True)
                 continue
             rates[preset, device] = r["rate"]
-            note = f" (capture failed: {r['capture_failed'][:120]})" if r["capture_failed"] else ""
+            note = (f" (capture failed: {r['capture_failed'].splitlines()[0][:120]})" if r["capture_failed"]
+                    else "")
             print(f"| {preset} | {device} | {r['first_reset']:.2f} | {r['reset']:.2f} | {r['step_s'] * 1e3:.1f} | "
                   f"{r['rate']:.1f}{note} |", flush=True)
     for preset in args.presets:

@@ -8,6 +8,9 @@ the rounds replayed from CUDA graphs must equal the eager GPU path to float tole
 """
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -126,6 +129,22 @@ def test_an_env_episode_in_fixed_shapes_is_the_default_episode(model, monkeypatc
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_trainer_is_freed_without_the_cyclic_collector():
+    """No reference cycle through the captured path: a dropped trainer (and on a GPU its graphs) is freed at
+    once, not by the cyclic collector at some later allocation — a capture in progress, say."""
+    _, fixed, w = _trainers("mlp")
+    fixed.train(w, [0, 1, 2], _gens([0, 1, 2], 0))
+    ref = weakref.ref(fixed)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        del fixed
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()
+
+
 # ------------------------------------------------------------------------------------------------ CUDA
 @pytest.fixture
 def float32_gpu(monkeypatch):
@@ -164,3 +183,27 @@ def test_cuda_graph_replays_are_repeatable(float32_gpu):
     first = graphs.train(w, clients, _gens(clients, 0))
     graphs.train(w, [0, 4, 5], _gens([0, 4, 5], 1))  # the same buffers in between
     assert torch.equal(graphs.train(w, clients, _gens(clients, 0)), first)
+
+
+@needs_cuda
+def test_a_capture_survives_the_collector_freeing_another_trainer(float32_gpu):
+    """Seen on an H100 (gpu_check.sh, gpu_presets.py): the second reset of FAVOR's preset built a new
+    federation, the first one's trainer and CUDA graphs were garbage in a reference cycle, the cyclic
+    collector freed them during the new capture, and the capture failed. Here the old trainer sits in a
+    cycle on purpose and the collector runs at every allocation: the new capture must hold."""
+    old, _, w = _trainers("fedmgda_cnn", device="cuda")
+    old = BatchedTrainer(old.model, old.x, old.y, old.offsets, 4, 0.1, local_epochs=2)
+    old.train(w, [0, 1, 2], _gens([0, 1, 2], 0))
+    cycle = [old]
+    cycle.append(cycle)
+    del old, cycle
+    eager, _, _ = _trainers("fedmgda_cnn", device="cuda")
+    new = BatchedTrainer(eager.model, eager.x, eager.y, eager.offsets, 4, 0.1, local_epochs=2)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        got = new.train(w, [3, 4, 5], _gens([3, 4, 5], 1))
+    finally:
+        gc.set_threshold(*thresholds)
+    assert new.captured.failed is None, new.captured.failed
+    torch.testing.assert_close(got, eager.train(w, [3, 4, 5], _gens([3, 4, 5], 1)), rtol=1e-4, atol=1e-5)

@@ -253,9 +253,11 @@ def test_workers_end_when_their_parent_is_killed():
     from a thread that has ended (so the kernel's parent-death signal is not set) and SIGKILL.
     """
     cases = [(signal.SIGKILL, 2, False), (signal.SIGTERM, 3, False), (signal.SIGKILL, 2, True)]
+    # the checkout first, then whatever PYTHONPATH already holds (bench/gpu_check.sh installs the dependencies there)
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     procs = [subprocess.Popen([sys.executable, "-c", PARENT.format(workers=w, in_thread=t)],
                               stdout=subprocess.PIPE, cwd=ROOT,
-                              env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+                              env={**os.environ, "PYTHONPATH": pythonpath, "OMP_NUM_THREADS": "1"})
              for _, w, t in cases]
     workers = {}
     try:

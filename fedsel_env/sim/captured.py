@@ -30,8 +30,10 @@ cannot capture), the trainer warns once and keeps the eager path.
 """
 from __future__ import annotations
 
+import gc
 import os
 import warnings
+import weakref
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -115,7 +117,10 @@ class CapturedTrainer:
     def __init__(self, trainer: Any, capture: bool) -> None:
         if capture and trainer.device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device; this trainer's data is on {trainer.device}")
-        self.trainer = trainer
+        # a proxy, not a reference: trainer -> CapturedTrainer -> trainer would be a cycle, and a trainer freed by
+        # the cyclic collector frees its graphs and their memory whenever the collector runs — during another
+        # trainer's capture too, which invalidates that capture (seen on an H100: a new federation at reset)
+        self.trainer = weakref.proxy(trainer)
         self.capture = capture
         self.failed: Optional[str] = None  # why capturing failed (then the eager path is used)
         self._states: "OrderedDict[tuple, _State]" = OrderedDict()
@@ -160,7 +165,23 @@ class CapturedTrainer:
         st.counter.add_(1)
 
     def _capture(self, st: _State, prox_mu: float) -> None:
-        """Graphs of 64, 8 and 1 steps for ``st`` (after one eager warm-up step on a side stream)."""
+        """Graphs of 64, 8 and 1 steps for ``st`` (after one eager warm-up step on a side stream).
+
+        Python's cyclic garbage collector is off meanwhile: an object it would free (another federation's
+        trainer and graphs, in any reference cycle) may release CUDA memory or destroy a graph, which a
+        capture in progress does not permit (the capture fails: "operation not permitted when stream is
+        capturing"). What it would have collected is collected after the capture.
+        """
+        was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            self._capture_graphs(st, prox_mu)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _capture_graphs(self, st: _State, prox_mu: float) -> None:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream(device=self.trainer.device)
