@@ -206,3 +206,26 @@ def test_resume_refuses_a_checkpoint_or_replay_buffer_that_runs_code(favor_run, 
         train_agent.main(["--name", "f", "--runs-dir", str(tmp_path), "--resume", "--n-timesteps", "60",
                           "--no-progress-bar", "--verbose", "0"])
     assert not marker.exists()
+
+
+def test_zoo_trained_agent_is_read_as_data_first(favor_run, tmp_path, monkeypatch):
+    """``python -m agents.training.zoo -i model.zip`` hands the zip to rl-zoo3 (SB3's loader) only once the
+    restricted unpickler has admitted every pickled entry (and ``replay_buffer.pkl`` beside it)."""
+    pytest.importorskip("rl_zoo3", reason="the optional extra 'zoo' is not installed: pip install '.[zoo]'")
+    from agents.training.zoo import check_trained_agent
+
+    good = tmp_path / "good.zip"
+    good.write_bytes((favor_run / "model.zip").read_bytes())
+    assert check_trained_agent(["--algo", "favor", "-i", str(good)]) == ["--algo", "favor", "-i", str(good)]
+    bad = tmp_path / "bad" / "model.zip"
+    bad.parent.mkdir()
+    bad.write_bytes((favor_run / "model.zip").read_bytes())
+    marker = tmp_path / "ran"
+    _poison_zip(bad, marker)
+    with pytest.raises(ValueError, match=r"trained agent .*'exploration_rng'.*--trust-file"):
+        check_trained_agent(["-i", str(bad)])
+    (good.parent / "replay_buffer.pkl").write_bytes(pickle.dumps(Payload(marker)))
+    with pytest.raises(ValueError, match=r"replay_buffer\.pkl.*io\.open.*--trust-file"):
+        check_trained_agent([f"--trained-agent={good}"])
+    assert not marker.exists()
+    assert check_trained_agent(["-i", str(bad), "--trust-file"]) == ["-i", str(bad)]  # the opt-in

@@ -139,13 +139,44 @@ def with_default_conf(argv: Sequence[str]) -> List[str]:
     return [*argv, "-conf", str(path)] if path.is_file() else argv
 
 
+def check_trained_agent(argv: Sequence[str]) -> List[str]:
+    """``argv`` without ``--trust-file``; unless it was given, the ``-i`` / ``--trained-agent`` zip and the
+    ``replay_buffer.pkl`` rl-zoo3 loads beside it are first read by ``agents.saved_models``' restricted
+    unpickler, so that rl-zoo3's own loading (SB3's) meets nothing but the plain data it admits.
+
+    :raises ValueError: naming the file and the entry when a file names code (``--trust-file`` opts out).
+    """
+    argv = list(argv)
+    trust = "--trust-file" in argv
+    argv = [a for a in argv if a != "--trust-file"]
+    path = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-i", "--trained-agent")),
+                next((a.split("=", 1)[1] for a in argv if a.startswith("--trained-agent=")), None))
+    if path and not trust:
+        import os
+
+        from agents.saved_models import MODEL_GLOBALS, TRUST_FIX, _admit_class, safe_data_objects
+        from fedsel_env.sim.safe_pickle import RefusedGlobal, restricted_load
+
+        if os.path.isfile(path):
+            safe_data_objects(path, "trained agent")
+        buffer = os.path.join(os.path.dirname(path), "replay_buffer.pkl")
+        if os.path.isfile(buffer):
+            try:
+                with open(buffer, "rb") as f:
+                    restricted_load(f, MODEL_GLOBALS, _admit_class)
+            except RefusedGlobal as e:
+                raise ValueError(f"replay buffer {buffer!r} is refused: {e}; {TRUST_FIX}") from None
+    return argv
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """Run rl-zoo3's ``train`` (training or ``-optimize``) on ``argv`` (default ``sys.argv[1:]``)."""
     register()
     import rl_zoo3.train
 
     rl_zoo3.train.ExperimentManager = experiment_manager_class()  # train() builds the one its module names
-    sys.argv = [sys.argv[0], *with_default_conf(sys.argv[1:] if argv is None else argv)]
+    argv = check_trained_agent(sys.argv[1:] if argv is None else argv)  # -i: read as data first
+    sys.argv = [sys.argv[0], *with_default_conf(argv)]
     rl_zoo3.train.train()
 
 
