@@ -123,6 +123,13 @@ def _study(name: str, data: Mapping[str, Any], reports: Mapping[str, Mapping[str
                   note="the report's episodes" if has_rows else
                   "per-training-seed means copied from the study's summary (its episodes were not kept)")
     best = data["best_heuristic"]
+    # the trainings' wall times: timings of this machine (as the fragments' wall-time lines), not episode figures
+    timings = {pol: e["training_seconds"] for pol, e in next(iter(reports.values()))["policies"].items()
+               if "training_seconds" in e}
+    if "training_seconds" in data:
+        timings["per_client"] = data["training_seconds"]
+    if timings:
+        rec.notes["training_wall_seconds_per_training_seed"] = timings
     for rname, rep in reports.items():
         pre = f"{rname}: " if len(reports) > 1 else ""
         if has_rows:
@@ -175,7 +182,8 @@ def _study(name: str, data: Mapping[str, Any], reports: Mapping[str, Mapping[str
 
 
 def favor_study(data: Mapping[str, Any], name: str) -> Record:
-    rep = {"policies": data["policies"], **({"episodes": data["episodes"]} if "episodes" in data else {})}
+    rep = {"policies": data["policies"], "federation_seed": data["env"].get("federation_seed"),
+           **({"episodes": data["episodes"]} if "episodes" in data else {})}
     return _study(name, data, {"seen": rep}, data["cap"])
 
 
