@@ -129,6 +129,31 @@ def test_an_env_episode_in_fixed_shapes_is_the_default_episode(model, monkeypatc
         np.testing.assert_array_equal(a, b)
 
 
+def test_the_replay_schedule_with_stand_in_graphs(monkeypatch):
+    """The CUDA path's bookkeeping on the CPU: each "graph" stands in for T eager steps; the blocks a round
+    needs are captured once, when first needed, the counter walks the plan, and the result is today's."""
+    eager, fixed, w = _trainers("mlp", momentum=0.9)
+    cap = fixed.captured
+    cap.capture = True  # (the constructor refuses CUDA graphs on a CPU trainer; _capture is replaced below)
+    captured = []
+
+    def stand_in(st, prox_mu, blocks):
+        for t in blocks:
+            captured.append((st.k, st.cap, t))
+            st.graphs[t] = type("G", (), {"replay": lambda self, t=t, st=st: [cap._step(st, prox_mu)
+                                                                             for _ in range(t)]})()
+
+    monkeypatch.setattr(cap, "_capture", stand_in)
+    rounds = [([5, 0, 2, 1, 3, 4], None), ([2, 4, 1], None), ([5, 0, 2, 1, 3, 4], None), ([0, 1, 2, 3, 4, 5], 20)]
+    for r, (clients, epochs) in enumerate(rounds):
+        a = eager.train(w, clients, _gens(clients, r), 0.0, epochs)
+        b = fixed.train(w, clients, _gens(clients, r), 0.0, epochs)
+        assert torch.equal(a, b), r
+        w = a.mean(dim=0)
+    # S = 8 (K = 6), S = 6 (K = 3), S = 8 again (nothing new), S = 80 (the buffers grow: 64 + 2 x 8)
+    assert captured == [(6, 8, 8), (3, 6, 1), (6, 80, 64), (6, 80, 8)]
+
+
 def test_a_trainer_is_freed_without_the_cyclic_collector():
     """No reference cycle through the captured path: a dropped trainer (and on a GPU its graphs) is freed at
     once, not by the cyclic collector at some later allocation — a capture in progress, say."""
@@ -172,6 +197,11 @@ def test_cuda_graph_rounds_equal_the_eager_gpu_rounds(model_name, momentum, prox
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
         w = a.mean(dim=0)
     assert all(st.graphs for st in graphs.captured._states.values())
+    # graphs are captured when first needed: K = 3 clients of 12, 4 and 1 samples, 2 epochs at B = 4 -> S = 6:
+    # six replays of the 1-step graph, no 8- or 64-step graph; K = 6 with 3 epochs -> S = 12: 8 + 4 x 1
+    states = graphs.captured._states
+    assert sorted(states[(3, 4, float(prox_mu), torch.float32)].graphs) == [1]
+    assert sorted(states[(6, 4, float(prox_mu), torch.float32)].graphs) == [1, 8]
 
 
 @needs_cuda
@@ -191,14 +221,14 @@ def test_a_capture_survives_the_collector_freeing_another_trainer(float32_gpu):
     federation, the first one's trainer and CUDA graphs were garbage in a reference cycle, the cyclic
     collector freed them during the new capture, and the capture failed. Here the old trainer sits in a
     cycle on purpose and the collector runs at every allocation: the new capture must hold."""
-    old, _, w = _trainers("fedmgda_cnn", device="cuda")
-    old = BatchedTrainer(old.model, old.x, old.y, old.offsets, 4, 0.1, local_epochs=2)
+    old, _, w = _trainers("fedmgda_cnn", device="cuda")  # momentum 0.5, as every trainer here
+    old = BatchedTrainer(old.model, old.x, old.y, old.offsets, 4, 0.1, local_epochs=2, momentum=0.5)
     old.train(w, [0, 1, 2], _gens([0, 1, 2], 0))
     cycle = [old]
     cycle.append(cycle)
     del old, cycle
     eager, _, _ = _trainers("fedmgda_cnn", device="cuda")
-    new = BatchedTrainer(eager.model, eager.x, eager.y, eager.offsets, 4, 0.1, local_epochs=2)
+    new = BatchedTrainer(eager.model, eager.x, eager.y, eager.offsets, 4, 0.1, local_epochs=2, momentum=0.5)
     thresholds = gc.get_threshold()
     gc.set_threshold(1, 1, 1)
     try:

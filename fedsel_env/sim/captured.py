@@ -10,9 +10,10 @@ steps run from ``torch.cuda.CUDAGraph``\\ s:
   static device buffers of capacity ≥ S, with its mask and the (S, K) "client still active" flags.
 * **A step that reads its position from the device.** Each step takes plan row ``counter`` with
   ``index_select`` and adds 1 to ``counter`` (a device tensor), so one captured graph of T steps can be
-  replayed at any point of the plan. Graphs of T = 64, 8 and 1 steps are captured once per shape key
-  (K, B, μ of FedProx) and a round of S steps is S // 64 replays of the first, then of the second, then
-  of the third: at most 14 replays for S ≤ 512, no padded steps, and S itself is not part of the key.
+  replayed at any point of the plan. A round of S steps is S // 64 replays of a 64-step graph, then
+  replays of an 8-step and a 1-step graph (at most 14 replays for S ≤ 512, no padded steps); each graph
+  is captured per shape key (K, B, μ of FedProx) the first time a round needs it (a digits round, S = 8:
+  the 8-step graph alone), and S itself is not part of the key.
 * **The update in one form.** Every step uses the masked update the eager path uses for a step in which
   some client has no samples left (``torch.where`` on the momentum, the gradient times 0/1); with every
   client active it gives the eager path's numbers bit for bit (a product with 1.0 and a ``where`` that
@@ -164,41 +165,38 @@ class CapturedTrainer:
             st.params[n].sub_(tr.lr * g)
         st.counter.add_(1)
 
-    def _capture(self, st: _State, prox_mu: float) -> None:
-        """Graphs of 64, 8 and 1 steps for ``st`` (after one eager warm-up step on a side stream).
+    def _capture(self, st: _State, prox_mu: float, blocks: List[int]) -> None:
+        """Graphs of ``blocks`` steps for ``st``, each captured the first time a round needs it (after one eager
+        warm-up step on a side stream, the state's first time). Run before the round's inputs are loaded.
 
         Python's cyclic garbage collector is off meanwhile: an object it would free (another federation's
         trainer and graphs, in any reference cycle) may release CUDA memory or destroy a graph, which a
         capture in progress does not permit (the capture fails: "operation not permitted when stream is
-        capturing"). What it would have collected is collected after the capture.
+        capturing"; seen on an H100). What it would have collected is collected after the capture.
         """
         was_enabled = gc.isenabled()
-        gc.collect()
         gc.disable()
         try:
-            self._capture_graphs(st, prox_mu)
+            dev = self.trainer.device
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            if not st.graphs:
+                side = torch.cuda.Stream(device=dev)
+                side.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(side), torch.no_grad():
+                    st.counter.zero_()
+                    self._step(st, prox_mu)  # warm-up: cuBLAS/cuDNN handles, autograd's and vmap's first-call work
+                torch.cuda.current_stream(dev).wait_stream(side)
+            for t in blocks:
+                graph = torch.cuda.CUDAGraph()
+                # torch.cuda.graph synchronizes, runs gc.collect() (before the capture begins) and empties the cache
+                with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
+                    for _ in range(t):
+                        self._step(st, prox_mu)
+                st.graphs[t] = graph
         finally:
             if was_enabled:
                 gc.enable()
-
-    def _capture_graphs(self, st: _State, prox_mu: float) -> None:
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream(device=self.trainer.device)
-        side.wait_stream(torch.cuda.current_stream(self.trainer.device))
-        with torch.cuda.stream(side), torch.no_grad():
-            st.counter.zero_()
-            self._step(st, prox_mu)  # warm-up: cuBLAS/cuDNN handles, autograd's and vmap's first-call work
-        torch.cuda.current_stream(self.trainer.device).wait_stream(side)
-        torch.cuda.synchronize(self.trainer.device)
-        for t in BLOCKS:
-            if t > st.cap:
-                continue
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool), torch.no_grad():
-                for _ in range(t):
-                    self._step(st, prox_mu)
-            st.graphs[t] = graph
 
     def _state(self, k: int, b: int, steps: int, prox_mu: float, global_flat: torch.Tensor) -> _State:
         key = (k, b, float(prox_mu), global_flat.dtype)
@@ -211,8 +209,6 @@ class CapturedTrainer:
         st = _State(self.trainer, k, b, cap, global_flat)
         if prox_mu > 0:
             st.half_mu = torch.tensor(0.5 * prox_mu, dtype=global_flat.dtype, device=self.trainer.device)
-        if self.capture:
-            self._capture(st, prox_mu)
         self._states[key] = st
         while len(self._states) > MAX_KEYS:
             self._states.popitem(last=False)
@@ -231,8 +227,12 @@ class CapturedTrainer:
             return None
         steps, k, b = idx.shape
         active = mask.sum(dim=2) > 0
+        plan = replay_counts(steps)
         try:
             st = self._state(k, b, steps, prox_mu, global_flat)
+            missing = [t for t, _ in plan if t not in st.graphs]
+            if self.capture and missing:
+                self._capture(st, prox_mu, missing)
         except RuntimeError as e:  # an operation CUDA graphs cannot hold: warn once, keep the eager path
             self.failed = f"{type(e).__name__}: {e}"
             self._states.clear()
@@ -242,7 +242,7 @@ class CapturedTrainer:
         with torch.no_grad():
             st.start(global_flat, idx, mask, active)
             if self.capture:
-                for t, n in replay_counts(steps):
+                for t, n in plan:
                     for _ in range(n):
                         st.graphs[t].replay()
             else:
