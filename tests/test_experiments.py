@@ -182,3 +182,25 @@ def test_a_smoke_run_keeps_out_of_the_real_runs_folder(tmp_path, monkeypatch):
     assert out == tmp_path / "afl_rounds" / "smoke"
     assert (out / "table.md").is_file()
     assert real.read_text() == "a finished episode\n"
+
+
+def test_per_client_fresh_reports_the_trained_models_on_fresh_seeds(tmp_path):
+    """experiments/per_client_fresh.py (#29's re-measurement) plays per_client_study's trained models against
+    random and pow_d, writes a record whose every figure recomputes, publishes nothing in --smoke, and
+    names the command that trains the models when they are missing."""
+    from experiments import per_client_fresh
+
+    with pytest.raises(ValueError, match="--part train"):
+        per_client_fresh.main(["--smoke", "--models", str(tmp_path / "none"), "--out", str(tmp_path / "x"),
+                               "--no-progress"])
+    per_client_study.main(["--smoke", "--part", "train", "--out", str(tmp_path / "study"), "--no-progress"])
+    before = _docs_state()
+    out = per_client_fresh.main(["--smoke", "--models", str(tmp_path / "study" / "train"),
+                                 "--out", str(tmp_path / "fresh"), "--no-progress"])
+    assert _docs_state() == before
+    rec = records.load(out / "record.json")
+    seeds = per_client_fresh.SETTINGS["smoke"]
+    assert sorted({r["seed"] for r in rec["rows"]}) == sorted(seeds["seen"] + seeds["unseen"])
+    assert {r["policy"] for r in rec["rows"]} == {"random", "pow_d", "per_client"}
+    assert all(r["training_seed"] == 0 for r in rec["rows"] if r["policy"] == "per_client")
+    assert recompute.main(["--quiet", str(out / "record.json")]) == 0
