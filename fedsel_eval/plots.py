@@ -1,7 +1,9 @@
 """The figures of an evaluation: six PNGs written into its run folder with matplotlib.
 
-Owns the figures (:func:`plot_all`): the headline (rounds and time to Ω and final accuracy per policy with
-95% bootstrap CIs, and their paired differences against the reference policy as a forest plot), fairness
+Owns the figures (:func:`plot_all`): the headline (rounds and time to Ω and the mean accuracy over the
+rounds played — the area under the accuracy curve, which tells policies apart where the final accuracy
+cannot: every episode that reaches Ω stops there — per policy with 95% bootstrap CIs, and their paired
+differences against the reference policy as a forest plot), fairness
 (per-client final accuracy, Jain's index, participation rates), and the curves — accuracy against round
 and against simulated time, round time — as small multiples, one panel per policy with its mean and a
 95% t band and the reference policy's mean in grey, so that nine or more policies stay legible; and a
@@ -36,7 +38,10 @@ HEADLINE_AXES = {"rounds_to_target": "rounds to Ω", "time_to_target": "simulate
                  "final_accuracy": "final global test accuracy"}
 #: Short names of the headline metrics (the forest plot's titles).
 HEADLINE_SHORT = {"rounds_to_target": "rounds to Ω", "time_to_target": "time to Ω (s)",
-                  "final_accuracy": "final accuracy"}
+                  "final_accuracy": "final accuracy", "accuracy_auc": "mean accuracy"}
+#: The headline figure's panels: the table's to-target metrics, then the area under the accuracy curve in
+#: place of the final accuracy (episodes stop at Ω, so every policy that reaches it ends near Ω).
+HEADLINE_PANELS = ("rounds_to_target", "time_to_target", "accuracy_auc")
 GREY = "0.45"
 
 
@@ -132,28 +137,50 @@ def _seed_dots(ax: Any, y: float, values: Sequence[float], color: Any) -> None:
 def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path: Path) -> Path:
     """Rounds and time to Ω and final accuracy (mean, 95% bootstrap CI, per-seed dots) and, with a
     reference policy, the paired differences against it (forest plot)."""
-    from .stats import episode_value
+    from .stats import bootstrap_ci, episode_value
 
     ref = results.reference
     missed = any(s.result.intervals[m].missed for s in series for m in HEADLINE)
     nrows = 2 if ref else 1
-    fig, axes = _figure(_width(series), nrows * (0.36 * len(series) + 1.3) + 0.9, nrows, len(HEADLINE),
+    length = max(len(r["curves"]["accuracy"]) for s in series for r in s.eps)
+    auc = {id(s): {(int(r["seed"]), str(r["backend"])): accuracy_auc(r, length) for r in s.eps} for s in series}
+    axis_names = {**HEADLINE_AXES, "accuracy_auc": f"mean accuracy over rounds 0–{length - 1}"}
+
+    def values(s: _Series, m: str) -> List[float]:
+        return list(auc[id(s)].values()) if m == "accuracy_auc" else \
+            [episode_value(r, m, results.cap)[0] for r in s.eps]
+
+    def interval(s: _Series, m: str) -> Any:
+        return bootstrap_ci(values(s, m)) if m == "accuracy_auc" else s.result.intervals[m]
+
+    def delta(s: _Series, m: str) -> Any:
+        if m != "accuracy_auc":
+            return s.result.deltas.get(m)
+        if s.reference is None:
+            return None
+        mine, theirs = auc[id(s)], auc[id(s.reference)]
+        return bootstrap_ci([mine[k] - theirs[k] for k in sorted(set(mine) & set(theirs))])
+
+    fig, axes = _figure(_width(series), nrows * (0.36 * len(series) + 1.3) + 0.9, nrows, len(HEADLINE_PANELS),
                         sharey=True)
-    for j, m in enumerate(HEADLINE):
+    for j, m in enumerate(HEADLINE_PANELS):
         ax = axes[0, j]
         for i, s in enumerate(series):
-            _seed_dots(ax, i, [episode_value(r, m, results.cap)[0] for r in s.eps], s.color)
-            _interval(ax, i, s.result.intervals[m], s.color, hollow=bool(s.result.intervals[m].missed))
+            _seed_dots(ax, i, values(s, m), s.color)
+            _interval(ax, i, interval(s, m), s.color, hollow=bool(interval(s, m).missed))
         refs = [s for s in series if s.is_reference]
         if len(refs) == 1:  # one backend: the reference's mean as a line to read the others against
-            ax.axvline(refs[0].result.intervals[m].mean, color=GREY, linestyle=":", linewidth=1)
+            ax.axvline(interval(refs[0], m).mean, color=GREY, linestyle=":", linewidth=1)
         if m == "rounds_to_target" and missed:
             ax.axvline(results.cap, color="black", linestyle="--", linewidth=0.8)
         if m == "rounds_to_target" and not any(s.result.reached for s in series):
             ax.text(0.03, 0.5, f"no episode reached Ω:\nevery one counts\nas the cap ({results.cap})",
                     transform=ax.transAxes, fontsize="small", color=GREY, va="center")
-        ax.set_title(f"{HEADLINE_AXES[m]}: mean [95% CI]", fontsize="medium")
-        ax.set_xlabel(HEADLINE_AXES[m])
+        ax.set_title(f"{axis_names[m]}: mean [95% CI]", fontsize="medium")
+        ax.set_xlabel(axis_names[m] + (" (area under the\naccuracy curve / rounds; a stopped episode holds)"
+                                       if m == "accuracy_auc" else ""))
+        if ax.get_xlim()[0] < 0:  # rounds, seconds and accuracies are never negative
+            ax.set_xlim(left=0)
         _policy_axis(ax, series, labels=j == 0)
         if ref:
             ax = axes[1, j]
@@ -161,8 +188,8 @@ def plot_headline(series: List[_Series], results: Results, plan: EvalPlan, path:
                 if s.is_reference:  # written across the middle of the panel, whatever its x range
                     ax.text(0.5, i, "reference", ha="center", va="center", fontsize="small", color=GREY,
                             transform=ax.get_yaxis_transform())
-                elif m in s.result.deltas:
-                    d = s.result.deltas[m]  # faded: the CI holds 0 (no clear difference)
+                elif delta(s, m) is not None:
+                    d = delta(s, m)  # faded: the CI holds 0 (no clear difference)
                     _interval(ax, i, d, s.color, hollow=bool(d.missed), alpha=1.0 if d.excludes_zero() else 0.4)
             ax.axvline(0, color="black", linewidth=1)
             ax.set_title(f"Δ {HEADLINE_SHORT[m]} vs {ref} [paired 95% CI]", fontsize="medium")
@@ -235,10 +262,12 @@ def _boxes(ax: Any, data: List[np.ndarray], series: List[_Series], means: bool =
 
 def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: Path, x: np.ndarray,
                 curves: Callable[[List[Mapping[str, Any]]], np.ndarray], title: str, xlabel: str, ylabel: str,
-                target: Optional[float] = None, integer_x: bool = False) -> Path:
+                target: Optional[float] = None, integer_x: bool = False,
+                y_range: Tuple[Optional[float], Optional[float]] = (None, None)) -> Path:
     """Small multiples: one panel per series with its mean over seeds and a 95% t band, the reference
     policy's mean in grey, and the target as a dashed line. ``curves(eps)`` gives episodes × len(x)
-    (NaN where an episode no longer runs)."""
+    (NaN where an episode no longer runs). ``y_range``: the values' bounds (0 for times, [0, 1] for
+    accuracies): the band is clipped to them and the axis does not go past them; x starts at 0."""
     n = len(series)
     ncols = min(4, n)
     nrows = math.ceil(n / ncols)
@@ -249,7 +278,8 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
         ax = axes[i // ncols, i % ncols]
         if s.reference is not None:
             ax.plot(x, bands[id(s.reference)][0], color=GREY, linewidth=1.2)
-        mean, lo, hi = bands[id(s)]
+        mean, lo, hi = bands[id(s)] if y_range == (None, None) else \
+            (np.clip(v, *y_range) for v in bands[id(s)])  # a t band can cross a bound the values keep
         ax.fill_between(x, lo, hi, color=s.color, alpha=0.3, linewidth=0)
         ax.plot(x, mean, color=s.color, linewidth=2)
         if target is not None:
@@ -262,10 +292,14 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
             ax.tick_params(axis="x", labelbottom=True)
         if i % ncols == 0:
             ax.set_ylabel(ylabel)
+        ax.set_xlim(left=0)
         if integer_x:
             from matplotlib.ticker import MaxNLocator
 
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    bottom, top = axes[0, 0].get_ylim()  # shared y: one call sets every panel
+    axes[0, 0].set_ylim(max(bottom, y_range[0]) if y_range[0] is not None else bottom,
+                        min(top, y_range[1]) if y_range[1] is not None else top)
     for k in range(n, nrows * ncols):
         axes[k // ncols, k % ncols].set_visible(False)
     ref = f"; grey: {results.reference}'s mean (the reference)" if results.reference else ""
@@ -274,6 +308,13 @@ def plot_curves(series: List[_Series], results: Results, plan: EvalPlan, path: P
                  f"run){ref}{omega}",
                  fontsize="medium")
     return _save(fig, path)
+
+
+def accuracy_auc(record: Mapping[str, Any], length: int) -> float:
+    """The mean global accuracy over rounds 0 … length − 1, an episode that stopped holding its last value: the
+    area under :file:`accuracy_vs_round.png`'s curve over its length (rounds not evaluated left out)."""
+    with np.errstate(all="ignore"):
+        return float(np.nanmean(_held(record["curves"]["accuracy"], length)))
 
 
 def _held(values: Sequence[Optional[float]], length: int) -> np.ndarray:
@@ -340,15 +381,15 @@ def plot_all(records: Sequence[Mapping[str, Any]], plan: EvalPlan, out: Union[st
         plot_curves(series, results, plan, out / "accuracy_vs_round.png", np.arange(length),
                     lambda eps: np.stack([_held(r["curves"]["accuracy"], length) for r in eps]),
                     "Global test accuracy by communication round (an episode that reached Ω keeps its accuracy)",
-                    "communication round", "test accuracy", omega, integer_x=True),
+                    "communication round", "test accuracy", omega, integer_x=True, y_range=(0.0, 1.0)),
         plot_curves(series, results, plan, out / "accuracy_vs_time.png", grid, by_time,
                     "Global test accuracy by simulated time (an episode that reached Ω keeps its accuracy)",
-                    "simulated time (s)", "test accuracy", omega),
+                    "simulated time (s)", "test accuracy", omega, y_range=(0.0, 1.0)),
         plot_participation(series, plan, out / "participation.png"),
         plot_curves(series, results, plan, out / "round_time.png", np.arange(1, rounds + 1), round_times,
                     "Simulated round time (the slowest responder), over the episodes still running",
-                    "communication round", "round time (s)", integer_x=True),
+                    "communication round", "round time (s)", integer_x=True, y_range=(0.0, None)),
     ]
 
 
-__all__ = ["PLOT_FILES", "plot_all", "plot_curves", "plot_fairness", "plot_headline", "plot_participation"]
+__all__ = ["HEADLINE_PANELS", "PLOT_FILES", "accuracy_auc", "plot_all", "plot_curves", "plot_fairness", "plot_headline", "plot_participation"]
