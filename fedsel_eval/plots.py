@@ -14,7 +14,6 @@ file is written through a temp file and ``os.replace``.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -93,9 +92,9 @@ def _figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw: A
 
 
 def _save(fig: Any, path: Path) -> Path:
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, format="png")
-    os.replace(tmp, path)
+    from agents.training.atomic import atomic_save  # the one write helper: a full disk named, no .tmp left
+
+    atomic_save(lambda tmp: fig.savefig(tmp, format="png"), path)
     return path
 
 
