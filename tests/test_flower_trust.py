@@ -31,10 +31,12 @@ BAD = 4  # the malicious client's partition id (the random agent of seed 0 picks
 class InProcessGrid:
     """Flower's ``Grid`` as a strategy uses it, with the N SuperNodes in this process."""
 
-    def __init__(self, n: int, forge: Callable[[Message, int], Message] = None, from_round: int = 1):
+    def __init__(self, n: int, forge: Callable[[Message, int], Message] = None, from_round: int = 1,
+                 forge_evaluate: Callable[[Message, int], Message] = None):
         self.contexts = {100 + k: Context(run_id=1, node_id=100 + k, node_config={PARTITION_KEY: k},
                                           state=RecordDict(), run_config={}) for k in range(n)}
         self.forge, self.from_round, self.train_calls = forge, from_round, 0
+        self.forge_evaluate = forge_evaluate
 
     def get_node_ids(self):
         return list(self.contexts)
@@ -49,6 +51,8 @@ class InProcessGrid:
             reply = fn(m, self.contexts[node])
             if is_train and self.forge and node - 100 == BAD and self.train_calls >= self.from_round:
                 reply = self.forge(reply, m)
+            if not is_train and self.forge_evaluate and node - 100 == BAD:
+                reply = self.forge_evaluate(reply, m)
             replies.append(reply)
         self.train_calls += is_train
         return replies
@@ -105,10 +109,10 @@ def start():
     return ArrayRecord(state_dict_of(fed.layout, fed.global_params)), fed.train_seed, env.num_clients
 
 
-def run(start, forge=None, limits=None, from_round=1):
+def run(start, forge=None, limits=None, from_round=1, forge_evaluate=None):
     w0, train_seed, n = start
     strategy = FedSelectStrategy(CFG, agent="random", agent_seed=0, train_seed=train_seed, timeout=5, limits=limits)
-    result = strategy.start(InProcessGrid(n, forge, from_round), w0, num_rounds=ROUNDS, timeout=5)
+    result = strategy.start(InProcessGrid(n, forge, from_round, forge_evaluate), w0, num_rounds=ROUNDS, timeout=5)
     return strategy, result
 
 
@@ -155,3 +159,18 @@ def test_honest_clients_all_pass_and_the_bound_is_configurable(honest, start):
 def test_a_forged_profiling_reply_stops_the_start_naming_the_node(start):
     with pytest.raises(RuntimeError, match=rf"node\(s\) \[{100 + BAD}\] were rejected.*num-examples"):
         run(start, ATTACKS["num_examples 10**15"], from_round=0)
+
+
+def test_a_forged_evaluate_reply_does_not_set_the_observed_accuracy(honest, start):
+    """A client claiming 10**15 test examples at accuracy 1.0 would make FedAvg's weighted accuracy (the
+    observation's) 1.0; its reply is dropped, and the accuracy is the honest clients' (finite, in [0, 1])."""
+    def forge(reply, request):
+        m = {NUM_EXAMPLES_KEY: 10**15, "accuracy": 1.0, "loss": 0.0}
+        return Message(content=RecordDict({"metrics": MetricRecord(m)}), reply_to=request)
+
+    strategy, result = run(start, forge_evaluate=forge)
+    _, honest_result = honest
+    for t in range(1, ROUNDS + 1):
+        acc = result.evaluate_metrics_clientapp[t]["accuracy"]
+        assert 0.0 <= acc < 0.99 and abs(acc - honest_result.evaluate_metrics_clientapp[t]["accuracy"]) < 0.2
+    assert strategy.view.accuracy < 0.99
