@@ -150,7 +150,7 @@ def trusted() -> bool:
     return os.environ.get(TRUST_ENV, "") == "1"
 
 
-def safe_data_objects(path: Union[str, Path], what: str = "model") -> Dict[str, Any]:
+def safe_data_objects(path: Union[str, Path], what: str = "model", skip: Any = ()) -> Dict[str, Any]:
     """Every pickled entry of the SB3 zip ``path``'s ``data``, unpickled by the restricted unpickler, as
     SB3's ``custom_objects`` (so SB3 unpickles none of them itself).
 
@@ -164,7 +164,7 @@ def safe_data_objects(path: Union[str, Path], what: str = "model") -> Dict[str, 
         raise ValueError(f"cannot load {what} {str(path)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
     objects: Dict[str, Any] = {}
     for key, item in (data.items() if isinstance(data, dict) else ()):
-        if not (isinstance(item, dict) and ":serialized:" in item):
+        if key in skip or not (isinstance(item, dict) and ":serialized:" in item):  # skip: the caller's own
             continue
         try:
             objects[key] = restricted_loads(base64.b64decode(str(item[":serialized:"])), MODEL_GLOBALS, _admit_class)
@@ -193,7 +193,8 @@ def load_model(cls: Any, path: Union[str, Path], what: str = "model", fix: Optio
     if not p.is_file():
         raise ValueError(f"{what} {str(p)!r} does not exist")
     if not (trusted() if trust is None else trust):  # the caller's own custom_objects win
-        kwargs["custom_objects"] = {**safe_data_objects(p, what), **(kwargs.get("custom_objects") or {})}
+        given = kwargs.get("custom_objects") or {}
+        kwargs["custom_objects"] = {**safe_data_objects(p, what, skip=given), **given}
     try:
         return cls.load(p, **kwargs)
     except Exception as e:  # noqa: BLE001 - torch, zipfile, json, pickle, SB3: all mean "not loadable"
