@@ -126,7 +126,7 @@ class ClientTask:
             raise ValueError(f"partition-id {client!r} is invalid: expected an integer in [0, {n})")
         self.client = int(client)
         self.cfg = cfg
-        self.device = dev = resolve_device(cfg.get("device", "cpu"))
+        self.device = dev = resolve_device(cfg.get("device", "cpu"), model=cfg.get("model"))  # auto: as the env's
         x, y = (t.to(dev) for t in data.client_train(self.client))
         self.x_test, self.y_test = (t.to(dev) for t in data.client_test(self.client))
         self.num_samples = int(x.shape[0])
