@@ -6,8 +6,9 @@ responders, their minibatch generators). :func:`train_requests` answers a list o
 - requests whose models are ReLU MLPs (``mlp``, ``logreg``: :func:`~fedsel_env.sim.fused_sgd.fused_net`)
   with the same layers, learning rate, momentum, batch size, epochs, FedProx μ and device are trained
   **together**: each request's minibatch plan is drawn by its own trainer (the same generators, so the
-  same minibatches as alone), the selected clients' rows are gathered into one tensor, the plans are
-  re-indexed into it and laid side by side along the client axis, and one
+  same minibatches as alone), the selected clients' rows are gathered into one tensor (unless every
+  request reads one federation's data: then the plans index it as they are), the plans are re-indexed
+  into it and laid side by side along the client axis, and one
   :func:`~fedsel_env.sim.fused_sgd.train_fused` call trains every client from its own federation's
   global model (its start and its FedProx anchor);
 - any other request (a CNN, a worker pool) is run by its own trainer.
@@ -52,32 +53,54 @@ def train_requests(requests: Sequence[TrainRequest]) -> List[torch.Tensor]:
         else:
             groups.setdefault(key, []).append(i)
     for members in groups.values():
+        # requests by their plan's length, so that a chunk pads few steps; a chunk holds at most CHUNK_BYTES of
+        # gathered rows and of minibatch plan ((steps, clients, B) indices and mask: heavy-tailed client sizes
+        # make a long plan, and its padding grows with every client beside the longest)
+        steps = {i: _plan_steps(requests[i]) for i in members}
         chunk: List[int] = []
-        held = 0
-        for i in members:
+        rows = clients = 0
+        for i in sorted(members, key=lambda j: steps[j]):
             r = requests[i]
+            ids = np.asarray(r.clients, dtype=np.int64)
             row_bytes = r.trainer.x[0].numel() * r.trainer.x.element_size()
-            need = int(r.trainer.sizes[np.asarray(r.clients, dtype=np.int64)].sum()) * row_bytes
-            if chunk and held + need > CHUNK_BYTES:
+            shared = r.trainer.x is requests[members[0]].trainer.x  # (rows gathered only from other data)
+            more_rows = 0 if shared else int(r.trainer.sizes[ids].sum()) * row_bytes
+            plan = steps[i] * (clients + ids.size) * int(r.trainer.batch_size) * 12  # int64 index + float32 mask
+            if chunk and rows + more_rows + plan > CHUNK_BYTES:
                 _train_together([requests[j] for j in chunk], out, chunk)
-                chunk, held = [], 0
+                chunk, rows, clients = [], 0, 0
             chunk.append(i)
-            held += need
+            rows += more_rows
+            clients += ids.size
         if chunk:
             _train_together([requests[j] for j in chunk], out, chunk)
     return out
+
+
+def _plan_steps(request: TrainRequest) -> int:
+    """The length of a request's minibatch plan: epochs × ⌈largest client / B⌉."""
+    t = request.trainer
+    epochs = t.epochs if request.epochs is None else request.epochs
+    return int(epochs) * -(-int(t.sizes[np.asarray(request.clients, dtype=np.int64)].max()) // int(t.batch_size))
 
 
 def _train_together(reqs: List[TrainRequest], out: List[torch.Tensor], slots: List[int]) -> None:
     """Train compatible requests in one fused call; write each one's (K_i, P) models to ``out[slot]``."""
     t0: BatchedTrainer = reqs[0].trainer
     dev = t0.device
+    # sub-envs on one federation (or a single request) read one data tensor: the plans index it as they are
+    one_data = all(r.trainer.x is t0.x and r.trainer.y is t0.y for r in reqs)
     xs, ys, idxs, masks, counts = [], [], [], [], []
     base = 0
     for r in reqs:
         t: BatchedTrainer = r.trainer
         clients = np.asarray(r.clients, dtype=np.int64)
         idx, mask = t.batch_plan(clients, r.generators, r.epochs)  # the same draws as the trainer's own
+        if one_data:
+            idxs.append(idx)
+            masks.append(mask)
+            counts.append(len(clients))
+            continue
         sizes, old = t.sizes[clients], t.offsets[clients]
         new = base + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         rows = np.concatenate([np.arange(o, o + n) for o, n in zip(old, sizes)]) if sizes.sum() else \
@@ -95,13 +118,17 @@ def _train_together(reqs: List[TrainRequest], out: List[torch.Tensor], slots: Li
             pad = (s_max - i.shape[0],) + tuple(i.shape[1:])
             idxs[j] = torch.cat([i, torch.zeros(pad, dtype=i.dtype)])
             masks[j] = torch.cat([m, torch.zeros(pad, dtype=m.dtype)])
-    idx = torch.cat(idxs, dim=1).clamp_(0, max(base - 1, 0))  # a masked padding row may point anywhere
+    if one_data:
+        x, y, rows = t0.x, t0.y, t0.x.shape[0]
+    else:
+        x, y, rows = (torch.cat(xs), torch.cat(ys), base) if base else (None, None, 0)
+    idx = torch.cat(idxs, dim=1).clamp_(0, max(rows - 1, 0))  # a masked padding row may point anywhere
     mask = torch.cat(masks, dim=1)
     flat = torch.cat([r.global_flat.unsqueeze(0).expand(k, -1) for r, k in zip(reqs, counts)]).clone()
-    if base > 0:
+    if rows > 0:
         prox_mu = float(reqs[0].prox_mu)
         anchor = t0.layout.unflatten(flat.clone()) if prox_mu > 0 else {}
-        train_fused(t0.layout.unflatten(flat), t0.net, torch.cat(xs), torch.cat(ys), idx.to(dev), mask.to(dev),
+        train_fused(t0.layout.unflatten(flat), t0.net, x, y, idx.to(dev), mask.to(dev),
                     anchor, float(t0.lr), float(t0.momentum), prox_mu, active=(mask.sum(dim=2) > 0).numpy())
     for slot, part in zip(slots, torch.split(flat, counts)):
         out[slot] = part

@@ -95,6 +95,7 @@ def test_mlp_sub_envs_trained_together_are_the_single_env(momentum, aggregator):
     # the third has another action space: only the first two together, the third against itself
     _check_against_single(configs[:2], "default", steps=5)
     _check_against_single([configs[2], configs[2]], "default", steps=5)
+    _check_against_single([dict(small, federation_seed=5)] * 2, "default", steps=5)  # one federation's data
 
 
 def test_make_vec_returns_it_and_it_agrees_with_sync_vector_env():
@@ -186,3 +187,15 @@ def test_sub_envs_on_one_federation_share_its_data():
     other.reset(seed=0)
     assert other.envs[0].federation.trainer.x.data_ptr() != other.envs[1].federation.trainer.x.data_ptr()
     other.close()
+
+
+def test_chunked_training_changes_nothing(monkeypatch):
+    """With a memory bound of one byte every request is trained in a call of its own: the same trajectories."""
+    import fedsel_env.vector_training as vector_training
+
+    monkeypatch.setattr(vector_training, "CHUNK_BYTES", 1)
+    cfg = {"preset": "synthetic", "num_clients": 12, "clients_per_round": 4, "max_rounds": 3, "local_epochs": 1}
+    configs = [dict(cfg, aggregator="fedprox", aggregator_params={"mu": 0.1}) for _ in range(3)]
+    for c in configs:
+        c.pop("preset")
+    _check_against_single(configs, "synthetic", steps=4)
