@@ -70,7 +70,13 @@ def test_readme_sb3_quick_start_runs_as_written(tmp_path, monkeypatch):
     source = q.script_for(q.readme_script(), steps=520)  # 20 steps past learning_starts: gradient steps run
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(source, "README.md (SB3 quick start)", "exec"), namespace)
+    import torch
+
+    threads = torch.get_num_threads()
+    try:  # the script sets this process's torch threads: give the other tests theirs back
+        exec(compile(source, "README.md (SB3 quick start)", "exec"), namespace)
+    finally:
+        torch.set_num_threads(threads)
     saved = tmp_path / q.saved_name(source)
     assert saved.is_file()
     assert namespace["model"].num_timesteps == 520 and namespace["model"]._n_updates > 0
