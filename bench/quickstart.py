@@ -13,8 +13,13 @@ prints it.
 A model already saved in the output folder is not trained again (rerun the command after an
 interruption); ``--retrain`` trains anew.
 
+``--threads-probe STEPS`` measures instead why the script sets ``torch.set_num_threads(1)``: the README's
+script with ``learning_starts=0`` for STEPS steps, without that line (torch's default threads) and with
+it, each in a fresh process; it prints the wall and CPU seconds of ``learn`` and the load.
+
 Usage:  .venv/bin/python bench/quickstart.py [--train-seeds 0 1 2] [--episodes 30] [--first-seed 6000]
                                              [--steps N] [--out runs/bench/quickstart] [--retrain]
+        .venv/bin/python bench/quickstart.py --threads-probe 300
 Writes ``quickstart.json`` and the evaluation folder ``eval/`` under ``--out``.
 """
 from __future__ import annotations
@@ -115,6 +120,26 @@ def evaluate(out: Path, runs: List[Dict[str, Any]], seeds: List[int]) -> List[Di
         return list(csv.DictReader(f))
 
 
+def threads_probe(steps: int, out: Path) -> Dict[str, float]:
+    """Seconds of ``learn`` for ``steps`` learning steps, with torch's default threads and with one."""
+    source = script_for(readme_script(), steps=steps, save=str(out / "probe_model"))
+    source = source.replace("learning_starts=500", "learning_starts=0")
+    timed = source.replace("model.learn(", "import time as _t\n_w, _c = _t.perf_counter(), _t.process_time()\n"
+                                            "model.learn(", 1)
+    timed += "\nprint(f'LEARN {_t.perf_counter() - _w:.1f} {_t.process_time() - _c:.1f}')\n"
+    result = {}
+    for name, text in (("default threads", timed.replace("torch.set_num_threads(1)", "pass", 1)),
+                       ("one thread", timed)):
+        (out / "probe.py").write_text(text)
+        before = load()
+        done = subprocess.run([sys.executable, "probe.py"], cwd=out, check=True, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wall, cpu = (float(x) for x in done.stdout.split("LEARN ")[1].split())
+        result[name] = wall
+        print(f"{name:16s} {steps} learning steps: {wall:.1f} s wall, {cpu:.1f} s CPU (load {before} -> {load()})")
+    return result
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train-seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -123,11 +148,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap.add_argument("--steps", type=int, default=None, help="replace the README's total_timesteps (a smoke run)")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench" / "quickstart"))
     ap.add_argument("--retrain", action="store_true", help="train again even where a model is saved")
+    ap.add_argument("--threads-probe", type=int, default=None, metavar="STEPS",
+                    help="only time STEPS learning steps with torch's default threads and with one")
     args = ap.parse_args(argv)
     if args.episodes < 2:
         ap.error(f"--episodes {args.episodes} is invalid: the paired CI needs 2 or more")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.threads_probe is not None:
+        return threads_probe(args.threads_probe, out)
     print(f"load before: {load()}")
     runs = [train(out, s, args.steps, args.retrain) for s in args.train_seeds]
     seeds = list(range(args.first_seed, args.first_seed + args.episodes))
