@@ -16,9 +16,12 @@ advance (its defaults: 16 candidates, depth 1).
 **Reference** (default): every policy on each scenario, one seed of ``REPORTING_SEEDS`` after another (seed-major,
 so a partial run covers every scenario with the same seeds), episode rows appended to
 ``runs/bench_reference/<scenario>/episodes.jsonl`` as they end (``fedsel_eval.bench``: resumable; a run stops
-cleanly at ``--max-minutes`` and the next continues). After each seed the JSON
-(``experiments/results/bench_reference.json``: every episode row, the summaries, the commit and dirty flag of
-each chunk), the figure (``docs/img/bench_reference.png``) and docs/BENCHMARK.md's table (between
+cleanly at ``--max-minutes`` and the next continues). After each seed the record
+(``experiments/results/bench_reference.json``, ``fedsel_eval.records``' format: the scenarios' configs, one row per
+episode naming the chunk that played it, each chunk's commit and dirty flag, and every policy's mean objective
+and every headroom as summaries computed from the rows — ``python -m fedsel_eval.recompute`` checks them), the
+script's own state (``experiments/results/bench_reference_progress.json``: the same rows with the bootstrap
+summaries, what a resume continues from), the figure (``docs/img/bench_reference.png``) and docs/BENCHMARK.md's table (between
 ``<!-- bench:reference begin/end -->``) are rewritten, stating how many seeds each scenario has.
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ from experiments.common import provenance, threads_to_one  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "experiments" / "results" / "bench_reference.json"
+PROGRESS = ROOT / "experiments" / "results" / "bench_reference_progress.json"
 FIGURE = ROOT / "docs" / "img" / "bench_reference.png"
 DOC = ROOT / "docs" / "BENCHMARK.md"
 RUNS = ROOT / "runs" / "bench_reference"
@@ -92,10 +96,14 @@ def reference(args: argparse.Namespace) -> None:
     seeds = REPORTING_SEEDS[: args.seeds_count] if not args.smoke else REPORTING_SEEDS[:2]
     heuristics = hand_written_agents(FedSelectEnv(preset="tiny").selection_spec)[0]
     runs_dir = Path(args.out)
-    doc = _load(RESULTS) if not args.smoke else {}
-    chunk = {**provenance(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+    # a published run continues the committed state; a smoke or --no-publish run its own folder's
+    doc = _load(PROGRESS if not (args.smoke or args.no_publish) else runs_dir / "bench_reference_progress.json")
+    chunk_id = f"c{len({c['id'] for c in doc.get('chunks', [])})}"
+    chunk = {"id": chunk_id, **provenance(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
              "max_minutes": args.max_minutes}
     doc.setdefault("chunks", []).append(chunk)
+    played_in = {name: {(r["policy"], r["seed"]): r["chunk"] for r in e.get("episodes", []) if "chunk" in r}
+                 for name, e in doc.get("scenarios", {}).items()}
     for seed in seeds:
         for sc in scs:
             cfg = sc.env_config()
@@ -105,6 +113,9 @@ def reference(args: argparse.Namespace) -> None:
             run = run_scenario(runs_dir / sc.name, sc, policies, [s for s in seeds if s <= seed], cfg, deadline,
                                log=print)
             entry = doc.setdefault("scenarios", {}).setdefault(sc.name, {})
+            earlier = played_in.setdefault(sc.name, {})
+            for r in run.rows:  # which chunk played each row: earlier ones keep theirs, new ones are this chunk's
+                r["chunk"] = earlier.setdefault((r["policy"], r["seed"]), chunk_id)
             entry.update({"env_id": sc.env_id, "objective": sc.objective, "config": cfg, "statement": sc.statement,
                           "departures": sc.departures, "episodes": run.rows, "summary": summarise(run)})
         if time.time() >= deadline:
@@ -135,17 +146,72 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     text = json.dumps(jsonable(doc), indent=1) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_reference.json").write_text(text)
+    (out / "bench_reference_progress.json").write_text(text)
+    record = to_record(doc)
+    record.write(out / "bench_reference.json")
     summaries = [e["summary"] for e in doc["scenarios"].values()]
     plot_leaderboard(summaries, out / "bench_reference.png")
     table = reference_table(doc)
     (out / "table.md").write_text(table)
     if args.smoke or args.no_publish:
         return
-    RESULTS.write_text(text)
+    PROGRESS.write_text(text)
+    record.write(RESULTS)
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     plot_leaderboard(summaries, FIGURE)
     splice(DOC, "reference", table)
+
+
+def to_record(doc: Mapping[str, Any]):
+    """The reference as a ``fedsel_eval.records`` record (issue #34): the scenarios' configs and Ω calibration,
+    one chunk per invocation id (with its commit and dirty flag), every episode row, and per scenario each
+    policy's mean objective and the headroom (a paired Student-t CI on the seeds every policy played) as
+    summaries computed from the rows — checked here against ``fedsel_eval.bench.summarise``'s headroom. The
+    normalised scores' bootstrap CIs are not a record statistic: ``fedsel_eval.bench.summarise`` recomputes
+    them from these rows (the point estimate is (random − policy) / (random − lookahead) of the means)."""
+    from fedsel_eval import records
+
+    scen = doc.get("scenarios", {})
+    keep = ("env_id", "objective", "config", "statement", "departures")
+    rec = records.Record("bench_reference",
+                         config={"scenarios": {n: {k: e.get(k) for k in keep} for n, e in scen.items()},
+                                 "calibration": doc.get("calibration")},
+                         notes={"compute_seconds": doc.get("compute_seconds"),
+                                "normalised_score": "(random - policy) / (random - lookahead) on the objective's "
+                                                    "means; CIs by fedsel_eval.bench.summarise (bootstrap)"})
+    groups: Dict[str, List[Mapping[str, Any]]] = {}
+    for c in doc.get("chunks", []):
+        groups.setdefault(c["id"], []).append(c)
+    for cid, cs in groups.items():
+        if {(c.get("commit"), bool(c.get("dirty"))) for c in cs} != {(cs[0].get("commit"), bool(cs[0].get("dirty")))}:
+            raise ValueError(f"bench reference: chunk {cid} groups invocations at different commits")
+        got = rec.chunk(cs[0], note=f"{len(cs)} invocation(s) of experiments/bench_reference.py",
+                        started=[c.get("started") for c in cs], seconds=sum(c.get("seconds", 0.0) for c in cs))
+        if got != cid:
+            raise ValueError(f"bench reference: chunk ids out of order ({cid} became {got})")
+    for name, e in scen.items():
+        for r in e.get("episodes", []):
+            rec.add_row(r["chunk"], **{k: v for k, v in r.items() if k != "chunk"})
+        s = e.get("summary", {})
+        if "headroom" not in s:
+            continue
+        seeds = list(s["seeds"])
+        for pol in s["policies"]:
+            rec.summarise(f"{name}: {pol}, mean {s['objective']}", "mean", "value",
+                          where={"scenario": name, "policy": pol, "seed": seeds})
+        a, b = ("random", "lookahead") if s["lower_is_better"] else ("lookahead", "random")
+        head = rec.summarise(f"{name}: headroom ({a} − {b})", "paired_t", "value",
+                             where={"scenario": name, "policy": a, "seed": seeds},
+                             minus={"scenario": name, "policy": b, "seed": seeds})
+        want = s["headroom"]
+        def agree(x: Any, y: Any) -> bool:  # one seed: no interval (None in the record, NaN in the summary)
+            if x is None or y is None or not math.isfinite(float(y)):
+                return (x is None or not math.isfinite(float(x))) and (y is None or not math.isfinite(float(y)))
+            return math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+
+        if not all(agree(head[k], want[k]) for k in ("mean", "lo", "hi")):
+            raise ValueError(f"bench reference: {name}'s headroom from the rows {head} differs from the summary's {want}")
+    return rec
 
 
 def reference_table(doc: Mapping[str, Any]) -> str:

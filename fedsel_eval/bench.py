@@ -89,6 +89,8 @@ def reference_rows(path: Path = REFERENCE_JSON) -> List[Dict[str, Any]]:
     if not Path(path).is_file():
         return []
     doc = json.loads(Path(path).read_text())
+    if "rows" in doc:  # the committed record (fedsel_eval.records' format): episode rows naming their chunk
+        return [{k: v for k, v in r.items() if k != "chunk"} for r in doc["rows"] if "scenario" in r]
     return [r for s in doc.get("scenarios", {}).values() for r in s.get("episodes", [])]
 
 

@@ -217,3 +217,22 @@ def test_calibrated_target_follows_favor_study_rule():
     curves = [[0.1, 0.5, 0.6, 0.7, 0.8], [0.1, 0.4, 0.655, 0.7, 0.9], [0.1, 0.3, 0.5, 0.6, 0.7]]
     assert calibrate_target(curves, cap=4) == 0.6   # median at round 2 is 0.6 → 0.60
     assert calibrate_target([c[:5] for c in curves[:2]], cap=4) == 0.62  # median 0.6275 → rounded down
+
+
+def test_reference_script_writes_a_record_that_recomputes(tmp_path):
+    """experiments/bench_reference.py --smoke: its record (fedsel_eval.records' format, issue #34) names the
+    chunk that played every row, and every mean and headroom in it recomputes from the rows; a second
+    invocation keeps the first one's rows under their chunk."""
+    from experiments import bench_reference
+    from fedsel_eval import recompute, records
+
+    args = ["--smoke", "--out", str(tmp_path), "--scenarios", "Churn"]
+    bench_reference.main(args)
+    rec = records.load(tmp_path / "bench_reference.json")
+    assert rec["rows"] and {r["chunk"] for r in rec["rows"]} == {"c0"}
+    assert any(s["stat"] == "paired_t" and "headroom" in s["name"] for s in rec["summaries"])
+    assert recompute.main(["--quiet", str(tmp_path / "bench_reference.json")]) == 0
+    bench_reference.main(args)  # resumed: nothing left to play; the rows stay the first chunk's
+    again = records.load(tmp_path / "bench_reference.json")
+    assert [c["id"] for c in again["chunks"]] == ["c0", "c1"] and {r["chunk"] for r in again["rows"]} == {"c0"}
+    assert len(again["rows"]) == len(rec["rows"])
