@@ -89,7 +89,7 @@ def reference(args: argparse.Namespace) -> None:
     from fedsel_env.bench import REPORTING_SEEDS, select
     from fedsel_env.env import FedSelectEnv
     from fedsel_eval import hand_written_agents
-    from fedsel_eval.bench import reference_policies, run_scenario, summarise
+    from fedsel_eval.bench import reference_policies, reference_rows, run_scenario, summarise
 
     started, deadline = time.time(), time.time() + 60 * args.max_minutes
     scs = select(args.scenarios)
@@ -102,6 +102,8 @@ def reference(args: argparse.Namespace) -> None:
     chunk = {"id": chunk_id, **provenance(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
              "max_minutes": args.max_minutes}
     doc.setdefault("chunks", []).append(chunk)
+    # a published run also takes the committed record's episodes (a fresh clone continues, not replays, them)
+    reuse = reference_rows(RESULTS) if not (args.smoke or args.no_publish) else []
     played_in = {name: {(r["policy"], r["seed"]): r["chunk"] for r in e.get("episodes", []) if "chunk" in r}
                  for name, e in doc.get("scenarios", {}).items()}
     for seed in seeds:
@@ -111,7 +113,7 @@ def reference(args: argparse.Namespace) -> None:
                 cfg["max_rounds"] = 2
             policies = list(dict.fromkeys([*reference_policies(sc), *heuristics]))
             run = run_scenario(runs_dir / sc.name, sc, policies, [s for s in seeds if s <= seed], cfg, deadline,
-                               log=print)
+                               reuse=reuse, log=print)
             entry = doc.setdefault("scenarios", {}).setdefault(sc.name, {})
             earlier = played_in.setdefault(sc.name, {})
             for r in run.rows:  # which chunk played each row: earlier ones keep theirs, new ones are this chunk's
