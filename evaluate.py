@@ -1,4 +1,4 @@
-"""Evaluate client-selection policies head to head on the same federations (SPEC §1, §5).
+"""Evaluate client-selection policies head to head on the same federations (docs/SPEC.md §1, §5).
 
     python evaluate.py                                        # every hand-written agent, default preset, 5 seeds
     python evaluate.py --env tiny --policy random --policy afl --seeds 0 1 2 3 4

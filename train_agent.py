@@ -1,9 +1,9 @@
 """Train a client-selection agent on FedSelect: FAVOR's Double DQN (docs/SPEC.md §4) or a Stable-Baselines3 algorithm.
 
-    python train_agent.py --algo favor --env default                 # FAVOR on the default preset
-    python train_agent.py --algo favor --env fedsel/FedSelect-Tiny-v0 --n-timesteps 400 --n-envs 2
-    python train_agent.py --algo ppo --env my_federation.yaml        # any YAML env config
-    python train_agent.py --algo favor --env default --name run1 --resume   # continue an interrupted run
+    .venv/bin/python train_agent.py --algo favor --env default                 # FAVOR on the default preset
+    .venv/bin/python train_agent.py --algo favor --env fedsel/FedSelect-Tiny-v0 --n-timesteps 400 --n-envs 2
+    .venv/bin/python train_agent.py --algo ppo --env my_federation.yaml        # any YAML env config
+    .venv/bin/python train_agent.py --algo favor --env default --name run1 --resume   # continue an interrupted run
 
 The script reads top to bottom (CleanRL style); the machinery lives in :mod:`agents.training`:
 1. the arguments (:class:`~agents.training.cli.Args`);
@@ -145,7 +145,7 @@ def train(setup: Dict[str, Any]) -> Path:
         except KeyboardInterrupt:
             path = ckpt_cb.save_on_interrupt(model)
             print(f"\nInterrupted at step {model.num_timesteps}: checkpoint {path}; continue with "
-                  f"`python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
+                  f"`.venv/bin/python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
             raise SystemExit(130)
         elapsed = time.perf_counter() - start
 

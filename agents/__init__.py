@@ -1,4 +1,4 @@
-"""Selection agents (SPEC §4), looked up by name.
+"""Selection agents (docs/SPEC.md §4), looked up by name.
 
 ``agents.make("afl", spec, seed=0, **params)`` builds any registered agent;
 ``@AGENTS.register("name")`` adds one, and an import path names one from outside the

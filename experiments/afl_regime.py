@@ -1,7 +1,7 @@
 """AFL where it can act: 1,000 clients, 20 per round, α2 scaled to the valuations' spread, rates tuned per method.
 
 J. Goetz, K. Malik, D. Bui, S. Moon, H. Liu, A. Kumar, "Active Federated Learning", arXiv:1909.12641,
-2019 (seed 001). SPEC §4 (the ``afl`` agent) and §6 (the claim: loss-valuation sampling needs 20–70%
+2019 (seed 001). docs/SPEC.md §4 (the ``afl`` agent) and §6 (the claim: loss-valuation sampling needs 20–70%
 fewer rounds than uniform sampling for the same accuracy); issue #20.
 
     python experiments/afl_regime.py --workers 2              # the run of docs/REPRODUCTION.md §3

@@ -1,7 +1,7 @@
 """AFL: rounds to a target accuracy for loss-valuation sampling (``afl``) against uniform sampling (``random``).
 
 J. Goetz, K. Malik, D. Bui, S. Moon, H. Liu, A. Kumar, "Active Federated Learning", arXiv:1909.12641,
-2019 (seed 001). SPEC §6: loss-valuation sampling needs 20–70% fewer rounds than uniform sampling
+2019 (seed 001). docs/SPEC.md §6: loss-valuation sampling needs 20–70% fewer rounds than uniform sampling
 for the same accuracy (the paper: Reddit and Sticker Intent data, 200 users per round, an LSTM).
 
     python experiments/afl_rounds.py --workers 2              # the run of docs/REPRODUCTION.md

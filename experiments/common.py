@@ -1,6 +1,6 @@
 """What the reproduction scripts share: arguments, evaluation runs, Markdown fragments, figures, timing.
 
-Every script in ``experiments/`` regenerates one of SPEC §6's published results from seeds:
+Every script in ``experiments/`` regenerates one of docs/SPEC.md §6's published results from seeds:
 
 1. it resolves its env configs (the paper's setup, scaled to this machine, or a ``--smoke`` one);
 2. it runs its episodes through :func:`fedsel_eval.run` — the one call behind ``evaluate.py``, so

@@ -1,7 +1,7 @@
 """FAVOR on Fashion-MNIST: rounds to the target for random (FedAvg), K-Center and a trained FAVOR agent.
 
 H. Wang, Z. Kaplan, D. Niu, B. Li, "Optimizing Federated Learning on Non-IID Data with Reinforcement
-Learning", IEEE INFOCOM 2020 (seed 002); SPEC §6 gives the paper's FMNIST column (rounds to 85%,
+Learning", IEEE INFOCOM 2020 (seed 002); docs/SPEC.md §6 gives the paper's FMNIST column (rounds to 85%,
 100 clients, 10 per round, 600 samples each, 5 local epochs at batch 10, the 431k CNN):
 IID 14; σ = 0.5: 19 / 21 / 16; σ = 0.8: 52 / 62 / 43; σ = H: 1340 / 1593 / 1134 (FedAvg / K-Center / FAVOR).
 
@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from experiments import common  # noqa: E402
 
 NAME = "favor_fmnist"
-#: The paper's FMNIST column (SPEC §6): rounds to 85% for FedAvg / K-Center / FAVOR.
+#: The paper's FMNIST column (docs/SPEC.md §6): rounds to 85% for FedAvg / K-Center / FAVOR.
 PUBLISHED = {"IID": (14, None, None), "0.5": (19, 21, 16), "0.8": (52, 62, 43), "H": (1340, 1593, 1134)}
 
 #: The scaled setup (module docstring): every deviation from the paper is here.

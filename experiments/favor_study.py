@@ -1,7 +1,7 @@
 """FAVOR (the paper's) and FAVOR+ (the suite's variant) against random and FAVOR's own baselines, on held-out episodes.
 
 H. Wang, Z. Kaplan, D. Niu, B. Li, "Optimizing Federated Learning on Non-IID Data with Reinforcement
-Learning", IEEE INFOCOM 2020 (seed 002); SPEC §2, §4, §6; issue #17.
+Learning", IEEE INFOCOM 2020 (seed 002); docs/SPEC.md §2, §4, §6; issue #17.
 
     python experiments/favor_study.py --setting digits        # the default preset (about an hour here)
     python experiments/favor_study.py --setting fmnist_e1     # Fashion-MNIST σ = 0.8, MLP, E = 1 (hours)

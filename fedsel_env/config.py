@@ -18,7 +18,7 @@ from .sim.limits import check_value_shape, refuse_if_too_big, short
 from .sim.device import check_device_field
 
 DEFAULT_CONFIG: Dict[str, Any] = {
-    # --- data (SPEC §3.1, §3.2) -------------------------------------------
+    # --- data (docs/SPEC.md §3.1, §3.2) -------------------------------------------
     "dataset": "digits",          # digits | synthetic | fashion_mnist | mnist | cifar10
     "dataset_params": {},         # per dataset: e.g. {"root": ..., "download": False} or {"alpha": 1, "beta": 1}
     "num_clients": 20,            # N
@@ -27,17 +27,17 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "partition": "sigma",         # iid | sigma | two_label | shards | dirichlet (synthetic is natural)
     "partition_params": {"sigma": 0.8},  # e.g. {"sigma": 0.8}, {"shards_per_client": 2}, {"alpha": 0.5}
     "quantity_skew": 0.0,         # lognormal sigma of client sizes; 0 = equal sizes
-    # --- model and local training (SPEC §3.3, §3.4) -------------------------
+    # --- model and local training (docs/SPEC.md §3.3, §3.4) -------------------------
     "model": "mlp",               # logreg | mlp | fedmgda_cnn | favor_cnn | cifar_cnn
     "model_params": {},           # e.g. {"hidden": 64} for mlp
     "local_epochs": 2,            # E
     "batch_size": 10,             # B
     "lr": 0.1,                    # η, local SGD step
     "momentum": 0.0,              # local SGD momentum (0 = plain SGD)
-    # --- aggregation (SPEC §3.5) ------------------------------------------
+    # --- aggregation (docs/SPEC.md §3.5) ------------------------------------------
     "aggregator": "fedavg",       # fedavg | qfedavg | qfedsgd | fedmgda+ | fedprox | ...
     "aggregator_params": {},      # e.g. {"q": 1.0} for qfedavg
-    # --- system heterogeneity (SPEC §3.6) -----------------------------------
+    # --- system heterogeneity (docs/SPEC.md §3.6) -----------------------------------
     "system": {
         "classes": [[1.0, 1.0, 0.1447648273], [2.0, 1.0, 0.2166804714],
                     [3.0, 1.0, 0.4170323914], [4.0, 1.0, 1.4426950409]],  # θ* = [τ_b, τ_s, 1/ln(1+SNR)] per class
@@ -46,7 +46,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
         "availability": 0.8,          # p_n: I_{t,n} ~ Bernoulli(p_n); a float or a list of N
         "noise_std": 0.1,             # std of the zero-mean exchange-time noise ε
     },
-    # --- the selection problem (SPEC §2) -------------------------------------
+    # --- the selection problem (docs/SPEC.md §2) -------------------------------------
     "clients_per_round": 5,       # K
     "action_mode": "topk",        # one | topk | subset
     "one_mode_step": 1.0,         # `one` mode only: the fraction of a round a step stands for: the global model
@@ -76,7 +76,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "init": "episode",            # episode: a new w_0 (and profiling round, PCA basis) per episode; federation:
                                   # w_0, the profiling round and FAVOR's PCA map fixed by the federation's seed,
                                   # as in FAVOR (every device downloads the same initial weights), so the weight
-                                  # state means the same thing in every episode of one federation (SPEC §2)
+                                  # state means the same thing in every episode of one federation (docs/SPEC.md §2)
     # --- attackers and unreliable clients (fedsel_env/sim/adversary.py, docs/ROBUSTNESS.md); all off -----------
     "adversary": {
         "attackers": [],               # client ids of the attackers ...

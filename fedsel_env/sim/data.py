@@ -1,4 +1,4 @@
-"""Data sources and the federated dataset built from them (SPEC §3.1, §3.2).
+"""Data sources and the federated dataset built from them (docs/SPEC.md §3.1, §3.2).
 
 ``DATASETS`` maps a name to a :class:`DataSource`, whose ``load`` returns the whole
 labelled pool; :func:`build_federated_data` cuts that pool into N clients with a

@@ -1,4 +1,4 @@
-"""The federation simulator (SPEC §3): rounds from a selection to a new global model. No Gymnasium here.
+"""The federation simulator (docs/SPEC.md §3): rounds from a selection to a new global model. No Gymnasium here.
 
 :class:`Federation` owns the clients' data, the model, the batched trainer and, per
 episode, the aggregation backend, the system model and the clients' behaviour (honest,

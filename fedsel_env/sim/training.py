@@ -1,4 +1,4 @@
-"""Local training of many clients as one batched computation (SPEC §3.4).
+"""Local training of many clients as one batched computation (docs/SPEC.md §3.4).
 
 Local SGD is written once, for one client (:func:`_client_loss`), and run for
 the K selected clients together with ``torch.func.vmap`` over parameters stacked
