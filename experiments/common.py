@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -259,20 +258,9 @@ def provenance(root: Path = ROOT, git: str = "git") -> Dict[str, Any]:
     :return: ``{"commit": sha, "dirty": bool, "dirty_files": [paths]}``; where git or the repository is
         missing (a tarball), ``{"commit": None, "dirty": None, "dirty_files": None, "commit_note": why}``.
     """
-    paths = [*CODE_PATHS, *(f":(exclude){p}" for p in _NOT_CODE)]
-    try:
-        sha = subprocess.run([git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True,
-                             timeout=60).stdout.strip()
-        # staged or not, against HEAD; untracked files are not code the commit names
-        changed = subprocess.run([git, "status", "--porcelain", "--untracked-files=no", "--", *paths], cwd=root,
-                                 capture_output=True, text=True, check=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        why = (e.stderr or "").strip().splitlines()[-1:] if isinstance(e, subprocess.CalledProcessError) else [str(e)]
-        return {"commit": None, "dirty": None, "dirty_files": None,
-                "commit_note": f"no git commit recorded: {(why or [type(e).__name__])[0]} "
-                               f"(not a git checkout, or git is not installed)"}
-    files = sorted(line[3:].split(" -> ")[-1] for line in changed.splitlines() if line.strip())
-    return {"commit": sha, "dirty": bool(files), "dirty_files": files}
+    from fedsel_eval.records import git_provenance
+
+    return git_provenance(root, CODE_PATHS, exclude=_NOT_CODE, git=git)
 
 
 def provenance_note(prov: Mapping[str, Any]) -> str:
