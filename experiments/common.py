@@ -36,6 +36,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fedsel_eval.records import _plain  # one JSON-cleaning rule for results and records
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "REPRODUCTION.md"
 IMG_DIR = ROOT / "docs" / "img"
@@ -357,18 +359,6 @@ def splice(doc: Path, name: str, text: str) -> None:
     tmp = doc.with_name(doc.name + ".tmp")
     tmp.write_text(new)
     os.replace(tmp, doc)
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 class Clock:

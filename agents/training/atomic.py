@@ -48,22 +48,15 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
     :raises ValueError: naming ``path`` when the disk is full (or any ``OSError``); no ``.tmp`` is left.
     """
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
+    def write(tmp: Path) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise write_error(path, e) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+
+    atomic_save(write, path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

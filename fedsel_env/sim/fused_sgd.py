@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear_sgd import label_gradient
+
 #: bytes of gathered minibatch inputs and label gradients held at once for a block of steps
 BLOCK_BYTES = 16 * 2**20
 
@@ -199,11 +201,7 @@ def train_fused(params: Dict[str, torch.Tensor], net: FusedNet, x_train: torch.T
             n0 = width[s0]
             ii, mm = idx[s0:s1, :n0], mask[s0:s1, :n0]
             xb = x_rows[ii]  # (L, n0, B, D): the block's minibatches
-            # the masked-mean cross-entropy's gradient at the log-probabilities, as autograd builds it
-            denom = mm.sum(dim=2).clamp_min(1.0)
-            weights = (torch.ones_like(denom) / denom).unsqueeze(2).expand(mm.shape) * mm
-            g_logp = torch.zeros(*mm.shape, c, dtype=dtype, device=dev).scatter_(3, y_train[ii].unsqueeze(3), -1.0)
-            g_logp = g_logp * weights.unsqueeze(3)
+            g_logp = label_gradient(mm, y_train[ii], c, dtype)
             act = active[s0:s1][:, order[:n0]] if not drop_finished else None
             for s in range(s0, s1):
                 n = width[s]

@@ -67,7 +67,7 @@ def die_with_grandparent(pid: int) -> None:
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
+        except (OSError, AttributeError):  # no prctl here: the watch on ``pid`` below still ends this child
             pass
     if os.getppid() == 1:  # the server died before prctl took effect
         os._exit(1)

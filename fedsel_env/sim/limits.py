@@ -36,7 +36,7 @@ def _address_space_left() -> Optional[int]:
             if line.startswith("VmSize:"):
                 mapped = int(line.split()[1]) * 1024
                 break
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):  # no /proc (not Linux): the whole limit counts as free
         pass
     return max(int(soft) - mapped, 0)
 

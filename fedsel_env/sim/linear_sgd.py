@@ -44,6 +44,16 @@ from torch import nn
 BLOCK_BYTES = 16 * 2**20
 
 
+def label_gradient(mask: torch.Tensor, labels: torch.Tensor, classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient of the masked-mean cross-entropy at the log-probabilities, as autograd builds it: a one-hot
+    scatter of −1 at each sample's label, times mask / max(Σ mask, 1) over the minibatch (dim 2).
+    Shared by this module and :mod:`fused_sgd`, whose results must equal autograd's bit for bit."""
+    denom = mask.sum(dim=2).clamp_min(1.0)
+    weights = (torch.ones_like(denom) / denom).unsqueeze(2).expand(mask.shape) * mask
+    g = torch.zeros(*mask.shape, classes, dtype=dtype, device=mask.device).scatter_(3, labels.unsqueeze(3), -1.0)
+    return g * weights.unsqueeze(3)
+
+
 def linear_layer(model: nn.Module, x_train: torch.Tensor) -> Optional[Tuple[str, Optional[str]]]:
     """The (weight, bias) parameter names when ``model`` is a single ``nn.Linear`` on flattened inputs, else None.
 
@@ -124,12 +134,7 @@ def train_linear(params: Dict[str, torch.Tensor], weight: str, bias: Optional[st
             n0 = width[s0]
             ii, mm = idx[s0:s1, :n0], mask[s0:s1, :n0]
             xb = x_rows[ii]  # (L, n0, B, D): the block's minibatches
-            # the gradient of the masked-mean cross-entropy at the log-probabilities: −mask / max(Σ mask, 1)
-            # at each sample's label, as autograd builds it (a one-hot scatter of −1, times the weights)
-            denom = mm.sum(dim=2).clamp_min(1.0)
-            weights = (torch.ones_like(denom) / denom).unsqueeze(2).expand(mm.shape) * mm
-            g_logp = torch.zeros(*mm.shape, c, dtype=dtype, device=dev).scatter_(3, y_train[ii].unsqueeze(3), -1.0)
-            g_logp = g_logp * weights.unsqueeze(3)
+            g_logp = label_gradient(mm, y_train[ii], c, dtype)
             act = active[s0:s1][:, order[:n0]] if not drop_finished else None
             for s in range(s0, s1):
                 n = width[s]
