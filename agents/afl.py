@@ -45,9 +45,9 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
 from .qffl import weighted_sample
+from .registry import AGENTS
 
 
 def _param(name: str, value, lo: float, hi: Optional[float], hi_open: bool = False) -> float:

@@ -48,8 +48,8 @@ from fedsel_env.config import read_yaml
 from fedsel_env.server_view import flatten
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 from .saved_models import load_model
 
 #: Name of the env-config file saved beside a trained model (train_agent.py writes it).

@@ -30,9 +30,9 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
 from .rbcsf import ContextRidge, _number, read_contexts
+from .registry import AGENTS
 
 ESTIMATORS = ("ridge", "last")
 

@@ -30,8 +30,8 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 
 
 def farthest_point(points: np.ndarray, candidates: np.ndarray, centres: np.ndarray, count: int) -> np.ndarray:

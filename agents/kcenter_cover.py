@@ -41,9 +41,9 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
 from .kcenter import farthest_point
+from .registry import AGENTS
 
 
 @AGENTS.register("kcenter_cover")

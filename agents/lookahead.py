@@ -32,8 +32,8 @@ import numpy as np
 from fedsel_env.metrics import tail_means
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS, make
 
 LOOKAHEAD_OBJECTIVES = ("rounds_to_target", "time_to_target", "final_accuracy", "acc_worst10")
 
@@ -90,8 +90,6 @@ class LookaheadOracle(SelectionAgent):
 
     @staticmethod
     def _proposer_names(spec: SelectionSpec, proposers: Union[str, Sequence[str]]) -> List[str]:
-        import agents
-
         if proposers != "all":
             names = list(proposers)
             for n in names:
@@ -104,7 +102,7 @@ class LookaheadOracle(SelectionAgent):
             if getattr(cls, "privileged", False) or spec.action_mode not in getattr(cls, "supported_modes", ()):
                 continue
             try:
-                agents.make(n, spec, seed=0)
+                make(n, spec, seed=0)
             except ValueError:  # needs a model (favor, per_client)
                 continue
             names.append(n)
@@ -120,14 +118,12 @@ class LookaheadOracle(SelectionAgent):
         return self.env.federation
 
     def reset(self, obs: Dict[str, np.ndarray]) -> None:
-        import agents
-
         if self.env is None:
             raise ValueError("lookahead plays candidate rounds on the simulator: bind it to the env first "
                              "(agent.bind(env.unwrapped); evaluate.py and fedsel_eval do)")
         self.proposers = []
         for i, n in enumerate(self.proposer_names):
-            p = agents.make(n, self.spec, seed=int(np.random.SeedSequence([self.base_seed, 28, i]).generate_state(1)[0]))
+            p = make(n, self.spec, seed=int(np.random.SeedSequence([self.base_seed, 28, i]).generate_state(1)[0]))
             p.bind(_Channel(self))
             self.proposers.append(p)
         self.planned_rounds, self.planning_seconds, self._t = 0, 0.0, 0

@@ -53,9 +53,9 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
 from .qffl import weighted_sample
+from .registry import AGENTS
 
 #: SymbioticLab/Oort, training/argParser.py.
 OORT_DEFAULTS = {

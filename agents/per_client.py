@@ -20,8 +20,8 @@ from gymnasium import spaces
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 from .saved_models import load_model
 
 #: the SB3 class that loads each form (``agents.saved_models.detect_algorithm``'s name for it)

@@ -34,9 +34,9 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
 from .qffl import weighted_sample
+from .registry import AGENTS
 
 
 @AGENTS.register("pow_d")

@@ -23,8 +23,8 @@ import numpy as np
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 
 
 def weighted_sample(rng: np.random.Generator, candidates: np.ndarray, weights: np.ndarray,

@@ -10,8 +10,8 @@ from typing import Dict
 
 import numpy as np
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 
 
 @AGENTS.register("random")

@@ -47,8 +47,8 @@ import numpy as np
 
 from fedsel_env.spec import CONTEXT_FEATURES, SelectionSpec
 
-from . import AGENTS
 from .base import SelectionAgent
+from .registry import AGENTS
 
 #: β·N/m of the re-implementation (β = 0.15, N = 40, m = 8): the share of the selection capacity the guarantee uses.
 DEFAULT_GUARANTEE_SHARE = 0.75

@@ -14,8 +14,8 @@ from typing import Dict
 
 import numpy as np
 
-from . import AGENTS
 from .pow_d import PowerOfChoiceAgent
+from .registry import AGENTS
 
 
 @AGENTS.register("rpow_d")

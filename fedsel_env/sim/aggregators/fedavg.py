@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from . import AGGREGATORS
 from .base import Aggregator, ClientUpdates
+from .registry import AGGREGATORS
 
 
 def weighted_average(local_params: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

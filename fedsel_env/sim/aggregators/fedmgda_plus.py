@@ -28,9 +28,9 @@ import qpsolvers
 import scipy.sparse as sp
 import torch
 
-from . import AGGREGATORS
 from .base import Aggregator, ClientUpdates
 from .qfedavg import check_real
+from .registry import AGGREGATORS
 
 NORM_GUARD = 1e-8  # ḡ = g / (‖g‖ + 1e-8): no division by zero for a client that did not move
 SOLVERS = ("daqp", "clarabel")

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from . import AGGREGATORS
 from .fedavg import FedAvg
 from .qfedavg import check_real
+from .registry import AGGREGATORS
 
 
 @AGGREGATORS.register("fedprox")

@@ -30,8 +30,8 @@ from typing import Optional
 
 import torch
 
-from . import AGGREGATORS
 from .base import Aggregator, ClientUpdates
+from .registry import AGGREGATORS
 
 LOSS_OFFSET = 1e-10  # added to F_k, as in the q-FFL reference code
 

@@ -24,9 +24,9 @@ from typing import Optional
 
 import torch
 
-from . import AGGREGATORS
 from .base import Aggregator, ClientUpdates
 from .qfedavg import check_real, q_fair_step
+from .registry import AGGREGATORS
 
 
 @AGGREGATORS.register("qfedsgd")

@@ -1,0 +1,36 @@
+"""The aggregation backends' registry, below every backend module: ``@AGGREGATORS.register("name")`` and
+:func:`make_aggregator`.
+
+The backend modules register themselves with this module's decorator and ``aggregators/__init__.py``
+imports them, so no backend module imports its own package.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict
+
+from fedsel_env.registry import Registry, has_methods
+
+from .base import Aggregator
+
+#: backends by name; an import path ``package.module:Class`` names one from outside the package (a subclass of
+#: :class:`Aggregator`), e.g. ``aggregator: my_pkg.aggs:Median`` in an env config
+AGGREGATORS: Registry = Registry("aggregator", check=has_methods(
+    "aggregate", "reset", "local_options",
+    fix="subclass fedsel_env.sim.aggregators.Aggregator and implement aggregate(updates) -> Tensor (P,)"))
+
+
+def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
+    """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator).
+
+    :raises ValueError: for an unknown name, an unknown parameter name, or a bad value.
+    """
+    factory = AGGREGATORS.lookup(name)
+    params = dict(params or {})
+    sig = inspect.signature(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        allowed = [p for p in sig.parameters if p != "self"]
+        unknown = sorted(set(params) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown aggregator parameter(s) {unknown} for {name!r}; allowed: {sorted(allowed)}")
+    return factory(**params)
