@@ -175,12 +175,24 @@ class LookaheadOracle(SelectionAgent):
             return gain / max(seconds, 1e-12) if gain > 0 else gain * max(seconds, 1e-12)
         return float(ev.accuracy)
 
-    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+    def plan(self, obs: Dict[str, np.ndarray], extra: Sequence[Any] = ()) -> tuple:
+        """This round's candidates (the heuristics' picks, random ones up to M, then each set of ``extra``
+        not already among them) and each one's score, every candidate played on the env's federation and the
+        federation put back exactly as it was. ``set_distill``'s trainer adds its learner's pick as ``extra``.
+
+        :return: ``(candidates, scores)``: a list of index arrays and a float array of the same length.
+        """
         started = time.perf_counter()
         fed = self.federation
         snap = fed.snapshot()  # before the heuristics ask anything: the env is left exactly as it was
         try:
             cands = self.candidate_sets(obs)
+            seen = {frozenset(c.tolist()) for c in cands}
+            for c in extra:
+                c = np.asarray(c, dtype=np.int64)[: self.k]
+                if c.size and frozenset(c.tolist()) not in seen:
+                    seen.add(frozenset(c.tolist()))
+                    cands.append(c)
             fed.restore(snap)
             now = float(self.env.view.accuracy)
             seed = int(np.random.SeedSequence([self.base_seed, self._t]).generate_state(1)[0])
@@ -193,6 +205,10 @@ class LookaheadOracle(SelectionAgent):
         self._t += 1
         self.last_candidates, self.last_scores = cands, np.asarray(scores, dtype=np.float64)
         self.planning_seconds += time.perf_counter() - started
+        return self.last_candidates, self.last_scores
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        cands, scores = self.plan(obs)
         if not cands:
             return np.zeros(0, dtype=np.int64)
-        return cands[int(np.argmax(self.last_scores))]
+        return cands[int(np.argmax(scores))]

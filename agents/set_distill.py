@@ -1,0 +1,198 @@
+"""``set_distill``: a per-client scorer with a set-level (factored) value, distilled from the lookahead oracle.
+
+Issue #29. The per-client DQN (``pc_dqn``) learns one client a step with a 1/K-round reward, and
+docs/TRAINING.md's analysis found that what it learns is not what the deployed top-K needs. This design
+learns on the deployed action instead: whole K-client rounds, scored by the real round.
+
+**The value of a set.** For a round's candidate set S (at most K available clients) the model's value is
+
+    V(S) = Σ_{k∈S} s_k  +  w · Σ_{i<j ∈ S} D_ij / C(K, 2)
+
+where s_k = ρ([h_k, context]) is the per-client network of ``agents/per_client_net.py`` (a DeepSets
+token encoder: permutation-equivariant and free of N), D_ij is the distance between clients i and j's
+PCA rows (``obs["weights"]``) divided by the set's mean pairwise distance, and w is one learned number
+(a diversity weight: w > 0 favours sets that span the weight space, as ``kcenter_cover`` does by rule).
+
+**Training** (``agents/training/set_distill.py``): DAgger (Ross, Gordon, Bagnell, "A Reduction of Imitation
+Learning and Structured Prediction to No-Regret Online Learning", AISTATS 2011) with the bench's privileged
+``lookahead`` oracle as the expert. At every visited round the oracle plays its M candidate sets — every
+hand-written heuristic's pick plus random K-subsets — and, added here, the learner's own pick, each one
+round ahead on the simulator, and scores them by the scenario's objective. V is fitted to rank the
+candidates as those scores do (a pairwise logistic loss over every pair of candidates whose scores differ:
+RankNet, Burges et al., ICML 2005). The rounds are visited by the oracle's choice with probability β
+(decaying to 0) and the learner's otherwise, so the learner is trained on the states it reaches.
+
+**Deployed** (this agent): greedy maximisation of V over the available clients — K times, the client with
+the largest marginal value s_k + w · Σ_{j picked} D_kj / C(K, 2). With w = 0 this is exactly the top-K of s.
+It reads only the observation (no simulator, no loss queries): deployable, unlike its teacher.
+
+A **named variant**, not a paper's algorithm: it borrows FAVOR's state (docs/SPEC.md §2, §4), DAgger's
+training loop and the bench oracle's candidates (docs/BENCHMARK.md).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from torch import nn
+
+from fedsel_env.spec import SelectionSpec
+
+from . import AGENTS
+from .base import SelectionAgent
+from .per_client_net import ClientSetEncoder, ScoreHead
+
+#: the files of a saved model: the weights (read with ``torch.load(weights_only=True)``) and their metadata
+WEIGHTS_FILE, META_FILE = "set_distill.pt", "set_distill.json"
+_EPS = 1e-6
+
+
+def pair_distances(weights: th.Tensor) -> th.Tensor:
+    """(B, N, N) distances between the clients' PCA rows (``obs["weights"]`` rows 1..N), each state's divided
+    by its mean off-diagonal distance (so D is free of the PCA's scale and of N)."""
+    rows = weights.float()[:, 1:]
+    d = th.cdist(rows, rows)
+    n = d.shape[1]
+    mean = d.sum(dim=(1, 2), keepdim=True) / max(n * (n - 1), 1)
+    return d / (mean + _EPS)
+
+
+class SetScorer(nn.Module):
+    """Per-client scores s (B, N) and the diversity weight w of the set value V (module docstring).
+
+    :param observation_space: the env's Dict observation space (``weights``, ``clients``, ``progress``).
+    :param hidden: width of the token encoder and of the score head.
+    """
+
+    def __init__(self, observation_space: spaces.Dict, hidden: int = 64) -> None:
+        super().__init__()
+        self.encoder = ClientSetEncoder(observation_space, hidden)
+        self.head = ScoreHead(hidden)
+        self.div_weight = nn.Parameter(th.zeros(1))
+
+    def forward(self, obs: Dict[str, th.Tensor]) -> th.Tensor:
+        return self.head(self.encoder(obs))
+
+    def set_values(self, obs: Dict[str, th.Tensor], members: th.Tensor, k: int) -> th.Tensor:
+        """V of each candidate: ``members`` (B, M, N) in {0, 1} marks each state's M candidate sets → (B, M)."""
+        s = self(obs)                                                     # (B, N)
+        m = members.float()
+        own = th.einsum("bmn,bn->bm", m, s)
+        d = pair_distances(obs["weights"])                                # (B, N, N)
+        pairs = 0.5 * th.einsum("bmi,bij,bmj->bm", m, d, m) / max(math.comb(k, 2), 1)
+        return own + self.div_weight * pairs
+
+
+def greedy_set(scores: np.ndarray, dist: np.ndarray, w: float, available: np.ndarray, k: int) -> np.ndarray:
+    """The greedy maximiser of V over ``available``: K times the client of largest marginal value
+    s_i + w · Σ_{j picked} D_ij / C(K, 2) (ties to the lowest index). With w = 0: the top-K of ``scores``."""
+    avail = np.asarray(available, dtype=np.int64)
+    picked: list = []
+    gain = np.asarray(scores, dtype=np.float64)[avail].copy()
+    pair = max(math.comb(k, 2), 1)
+    free = np.ones(avail.size, dtype=bool)
+    for _ in range(min(k, avail.size)):
+        i = int(np.flatnonzero(free)[np.argmax(gain[free])])
+        picked.append(int(avail[i]))
+        free[i] = False
+        gain += w * dist[avail, avail[i]] / pair
+    return np.asarray(picked, dtype=np.int64)
+
+
+def obs_tensors(obs: Dict[str, np.ndarray]) -> Dict[str, th.Tensor]:
+    """One Dict observation as a batch of one tensor each."""
+    return {k: th.as_tensor(np.asarray(obs[k], dtype=np.float32))[None] for k in ("weights", "clients", "progress")}
+
+
+def save_model(model: SetScorer, folder: Union[str, Path], meta: Dict[str, Any]) -> Path:
+    """Write the weights and their metadata (``pca_components``, ``hidden``, ``n_features``, the training
+    facts) into ``folder``, each file atomically."""
+    from .training.atomic import atomic_save, atomic_write_text
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    atomic_save(lambda tmp: th.save(state, tmp), folder / WEIGHTS_FILE)
+    atomic_write_text(folder / META_FILE, json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def load_model(folder: Union[str, Path], observation_space: spaces.Dict) -> Tuple[SetScorer, Dict[str, Any]]:
+    """A saved :class:`SetScorer` for an observation space of any N (no weight depends on N).
+
+    :raises ValueError: when the folder holds no model, or the PCA width or client features differ.
+    """
+    folder = Path(folder)
+    if not (folder / WEIGHTS_FILE).is_file() or not (folder / META_FILE).is_file():
+        raise ValueError(f"{folder} holds no set_distill model ({WEIGHTS_FILE} and {META_FILE}): train one with "
+                         f"experiments/bench_learned.py --design set_distill, or name the folder it wrote")
+    meta = json.loads((folder / META_FILE).read_text())
+    d = int(observation_space["weights"].shape[1])
+    f = int(observation_space["clients"].shape[1])
+    if meta["pca_components"] != d or meta["n_features"] != f:
+        raise ValueError(f"the set_distill model in {folder} was trained with pca_components={meta['pca_components']} "
+                         f"and {meta['n_features']} client features; this env has {d} and {f}: set the env's "
+                         f"pca_components to {meta['pca_components']}")
+    model = SetScorer(observation_space, hidden=int(meta["hidden"]))
+    model.load_state_dict(th.load(folder / WEIGHTS_FILE, weights_only=True))
+    model.eval()
+    return model, meta
+
+
+def observation_space_for(n: int, d: int, n_features: int) -> spaces.Dict:
+    """The Dict observation space of N clients (only its shapes matter to the network)."""
+    return spaces.Dict({"weights": spaces.Box(-np.inf, np.inf, (n + 1, d), np.float32),
+                        "clients": spaces.Box(-np.inf, np.inf, (n, n_features), np.float32),
+                        "progress": spaces.Box(0.0, 1.0, (2,), np.float32)})
+
+
+@AGENTS.register("set_distill")
+class SetDistillAgent(SelectionAgent):
+    """Deploy a trained ``set_distill`` model: greedy maximisation of its set value over the available clients.
+
+    :param spec: the problem's public description.
+    :param seed: unused (the choice is deterministic); kept for the registry's signature.
+    :param model: the folder a training run wrote (``set_distill.pt`` and ``set_distill.json``), or a live
+        :class:`SetScorer`.
+    """
+
+    name = "set_distill"
+    supported_modes = ("topk", "subset")
+
+    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, model: Union[str, Path, SetScorer, None] = None) -> None:
+        super().__init__(spec, seed)
+        if model is None:
+            raise ValueError("set_distill needs a trained model: set_distill:model=<folder> (experiments/"
+                             "bench_learned.py writes one per scenario and training seed)")
+        n_features = len(spec.client_features)
+        space = observation_space_for(spec.num_clients, spec.pca_components, n_features)
+        self.model = model if isinstance(model, SetScorer) else load_model(model, space)[0]
+
+    def scores(self, obs: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, float]:
+        """(s, D, w) of one observation."""
+        t = obs_tensors(obs)
+        with th.no_grad():
+            s = self.model(t)[0].double().numpy()
+            dist = pair_distances(t["weights"])[0].double().numpy()
+        return s, dist, float(self.model.div_weight.detach())
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        s, dist, w = self.scores(obs)
+        return greedy_set(s, dist, w, self.available(obs), self.k)
+
+
+def candidate_members(candidates: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """(M, N) 0/1 membership of each candidate set."""
+    out = np.zeros((len(candidates), n), dtype=np.float32)
+    for i, c in enumerate(candidates):
+        out[i, np.asarray(c, dtype=np.int64)] = 1.0
+    return out
+
+
+__all__ = ["SetDistillAgent", "SetScorer", "candidate_members", "greedy_set", "load_model", "obs_tensors",
+           "observation_space_for", "pair_distances", "save_model"]
