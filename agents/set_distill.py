@@ -43,7 +43,7 @@ from torch import nn
 
 from fedsel_env.spec import SelectionSpec
 
-from . import AGENTS
+from .registry import AGENTS
 from .base import SelectionAgent
 from .per_client_net import ClientSetEncoder, ScoreHead
 
