@@ -68,6 +68,9 @@ class Args:
     resume: bool = field(default=False, metadata={"help": "skip the episodes already in the run folder (same config only)"})
     overwrite: bool = field(default=False, metadata={"help": "discard an existing evaluation in the run folder"})
     workers: int = field(default=1, metadata={"help": "parallel worker processes (results are the same as with 1)"})
+    n_envs: int = field(default=1, metadata={
+        "help": "play up to this many episodes at once in this process through the vector env, their rounds' "
+                "local training in one call (results are the same as with 1; docs/EVALUATION.md)"})
     ray: Optional[str] = field(default=None, metadata={
         "help": "run the episodes as Ray tasks (results are the same): --ray alone starts Ray on this machine; "
                 "--ray auto joins the cluster this machine is part of (`ray start`); --ray ray://HOST:10001 "
@@ -178,7 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         return Path(args.runs_dir)
     import fedsel_eval
 
-    for name in ("workers", "torch_threads"):
+    for name in ("workers", "torch_threads", "n_envs"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} = {getattr(args, name)} is invalid: expected >= 1")
 
@@ -209,7 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                                  target=args.target, env_overrides=args.env_kwargs, env_name=env_name,
                                  resume=args.resume, overwrite=args.overwrite, workers=args.workers,
                                  torch_threads=args.torch_threads, progress=args.progress, plots=args.plots,
-                                 log=print, ray=args.ray, reference=args.reference)
+                                 log=print, ray=args.ray, reference=args.reference, n_envs=args.n_envs)
     except fedsel_eval.Interrupted as e:
         print(f"\nInterrupted: finished episodes are in {e.episodes}; continue with the same "
               f"arguments plus --resume")
@@ -237,7 +240,7 @@ def _bench(args: Args) -> Path:
     out = Path(args.out) if args.out else Path(args.runs_dir) / (args.name or "bench")
     seeds = None if args.seeds == DEFAULT_SEEDS else args.seeds
     run_suite(out, policies, args.scenarios, seeds, rounds=args.rounds, plots=args.plots,
-              log=print if args.progress else (lambda _line: None))
+              log=print if args.progress else (lambda _line: None), n_envs=args.n_envs)
     print(f"outputs in {out}")
     return out
 

@@ -49,6 +49,7 @@ from .results import Results, compare, resolve_reference
 from .stats import Interval, bootstrap_ci, paired_difference
 from .summary import METRICS, summarise, summary_columns, summary_csv
 from .tables import summary_markdown
+from .vector_episodes import check_n_envs
 
 
 class Interrupted(KeyboardInterrupt):
@@ -85,7 +86,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
         resume: bool = False, overwrite: bool = False, restart_if_changed: bool = False, workers: int = 1,
         torch_threads: int = 1, progress: bool = True, plots: bool = True,
         log: Optional[Callable[[str], Any]] = None, ray: Optional[str] = None,
-        reference: Optional[str] = None) -> Evaluation:
+        reference: Optional[str] = None, n_envs: int = 1) -> Evaluation:
     """One evaluation, start to end: plan → episodes → run folder → summary → plots.
 
     The plan's arguments are :func:`make_plan`'s (checked before anything is written). Then the run
@@ -100,6 +101,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
     :param workers: worker processes for the episodes (1 = this process; the records are the same).
     :param ray: run the episodes as Ray tasks instead: ``"local"`` (start Ray on this machine), ``"auto"``
         or a cluster address (:mod:`.ray_executor`; the records are the same).
+    :param n_envs: play up to this many episodes at once in this process, through the vector env
+        (:mod:`.vector_episodes`; the records are the same; excludes ``workers`` > 1 and ``ray``).
     :param torch_threads: torch threads per process.
     :param progress: show a progress bar over the episodes.
     :param reference: the policy the others are compared with, paired by seed and backend (default:
@@ -116,6 +119,7 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
                      seeds=seeds, rounds=rounds, target=target, env_overrides=env_overrides, env_name=env_name)
     reference = resolve_reference(plan, reference)  # a reference not evaluated: refused before anything runs
     check_ray_address(ray, workers)  # Ray missing: refused before the run folder is written
+    check_n_envs(n_envs, workers, ray)
     for note in plan.notes:
         say(f"note: {note}")
     with lock_run_folder(out, "fedsel_eval.run"):  # one writer per run folder: a second is refused
@@ -133,7 +137,8 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
             f"= {len(plan.tasks())} episodes on {plan.env_name} (N={cfg['num_clients']}, K={cfg['clients_per_round']}, "
             f"Ω={cfg['target_accuracy']}, ≤{cfg['max_rounds']} rounds) → {out}")
         try:
-            records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads, ray=ray)
+            records = run_plan(plan, folder, workers=workers, progress=progress, torch_threads=torch_threads, ray=ray,
+                               n_envs=n_envs)
         except KeyboardInterrupt as e:
             raise Interrupted(out / EPISODES_FILE) from e
         for r in records:  # a record written before a metric was added lacks it: not measured (NaN)

@@ -96,11 +96,14 @@ def reference_rows(path: Path = REFERENCE_JSON) -> List[Dict[str, Any]]:
 
 def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Sequence[int],
                  config: Optional[Mapping[str, Any]] = None, deadline: float = math.inf,
-                 reuse: Sequence[Mapping[str, Any]] = (), log: Callable[[str], Any] = lambda _l: None) -> ScenarioRun:
+                 reuse: Sequence[Mapping[str, Any]] = (), log: Callable[[str], Any] = lambda _l: None,
+                 n_envs: int = 1) -> ScenarioRun:
     """Play what ``folder`` lacks of ``policies`` × ``seeds`` on ``sc`` (in seed order) until ``deadline``.
 
     :param config: the env config (default: the scenario's; e.g. a smaller ``max_rounds`` for a smoke run).
     :param reuse: rows from elsewhere (the committed reference) taken when config, policy and seed match.
+    :param n_envs: play up to this many episodes at once through the vector env (``fedsel_eval.vector_episodes``;
+        the same rows, appended as each ends).
     :return: the rows of the requested policies and seeds that exist now (fewer when the deadline came first).
     """
     from fedsel_env.env import FedSelectEnv
@@ -135,28 +138,43 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
     have = {(r["policy_spec"], r["seed"]): r for r in [*reuse, *_read_rows(path)]
             if r.get("config_sha") == sha and r.get("scenario") == sc.name}
     run = ScenarioRun(sc, cfg)
+
+    def maker(spec: Any, seed: int, made: List[Any]) -> Callable[[Any], Any]:
+        def make(selection_spec: Any) -> Any:
+            made.append(build_policy(spec, selection_spec, seed))
+            return made[-1]
+        return make
+
+    def keep(seed: int, text: str, spec: Any, rec: Mapping[str, Any], policy: Any) -> None:
+        have[(text, seed)] = row = episode_row(sc, cfg, sha, spec.label, text, seed, rec, policy)
+        with open(path, "a") as f:
+            f.write(json.dumps(jsonable(row)) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        log(f"{sc.name} seed {seed} {spec.label}: {row['objective']} = {row['value']:.4g}"
+            f"{' (missed Ω)' if row['censored'] else ''}, {row['wall_time_s']:.1f} s")
+
+    todo = [(int(seed), text, spec) for seed in seeds for text, spec in kept if (text, int(seed)) not in have]
+    if n_envs > 1 and todo:  # several episodes at once through the vector env (the same rows)
+        from .vector_episodes import EpisodeJob, play
+
+        jobs = []
+        for seed, text, spec in todo:
+            made: List[Any] = []
+            jobs.append(EpisodeJob(seed, maker(spec, seed, made), (seed, text, spec, made)))
+        for (seed, text, spec, made), rec in play(cfg, jobs, n_envs, deadline=deadline):
+            keep(seed, text, spec, rec, made[0])
+    else:
+        for seed, text, spec in todo:
+            if time.time() >= deadline:
+                break
+            env = env or FedSelectEnv(config=cfg)
+            made = []
+            keep(seed, text, spec, run_episode(env, None, seed, make_policy=maker(spec, seed, made)), made[0])
     for seed in seeds:
         for text, spec in kept:
-            key = (text, int(seed))
-            if key not in have:
-                if time.time() >= deadline:
-                    continue
-                env = env or FedSelectEnv(config=cfg)
-                made: List[Any] = []
-
-                def make(selection_spec, spec=spec, seed=seed):
-                    made.append(build_policy(spec, selection_spec, int(seed)))
-                    return made[-1]
-
-                rec = run_episode(env, None, int(seed), make_policy=make)
-                have[key] = row = episode_row(sc, cfg, sha, spec.label, text, int(seed), rec, made[0])
-                with open(path, "a") as f:
-                    f.write(json.dumps(jsonable(row)) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
-                log(f"{sc.name} seed {seed} {spec.label}: {row['objective']} = {row['value']:.4g}"
-                    f"{' (missed Ω)' if row['censored'] else ''}, {row['wall_time_s']:.1f} s")
-            run.rows.append({**have[key], "policy": spec.label})
+            if (text, int(seed)) in have:
+                run.rows.append({**have[(text, int(seed))], "policy": spec.label})
     if env is not None:
         env.close()
     return run
@@ -341,11 +359,12 @@ def _nan(x: Any) -> float:
 # ============================================================================================ the suite
 def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: Optional[Sequence[int]] = None,
               rounds: Optional[int] = None, deadline: float = math.inf, lookahead: str = "",
-              plots: bool = True, log: Callable[[str], Any] = print) -> List[Dict[str, Any]]:
+              plots: bool = True, log: Callable[[str], Any] = print, n_envs: int = 1) -> List[Dict[str, Any]]:
     """``evaluate.py --suite bench``: ``policies`` (plus random and the oracle) on each scenario; leaderboard.
 
     :param seeds: default: the committed reference's seeds of each scenario, else the first 5 reporting seeds.
     :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
+    :param n_envs: episodes played at once through the vector env (the same rows).
     :return: the per-scenario summaries (also in ``<out>/leaderboard.json``, ``.md`` and ``.png``).
     """
     from fedsel_env.bench import REPORTING_SEEDS
@@ -363,7 +382,7 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
         if these is None:
             ref = sorted({r["seed"] for r in reuse if r["scenario"] == sc.name and r["policy"] == "lookahead"})
             these = ref or REPORTING_SEEDS[:5]
-        run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log)
+        run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log, n_envs=n_envs)
         summaries.append(summarise(run))
     md = leaderboard_markdown(summaries)
     atomic_write_text(out / "leaderboard.md", md + "\n")

@@ -44,11 +44,25 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
         vector reward (``reward: vector``), ``return_vector`` per objective (``episode_return`` is NaN).
     """
     start = time.perf_counter()
-    obs, info = env.reset(seed=seed)
+    steps = episode_steps(env.unwrapped, policy, *env.reset(seed=seed), make_policy=make_policy, start=start)
+    try:
+        action = next(steps)
+        while True:
+            action = steps.send(env.step(action))
+    except StopIteration as done:
+        return done.value
+
+
+def episode_steps(env: Any, policy: Any, obs: Any, info: Mapping[str, Any],
+                  make_policy: Optional[Callable[[Any], Any]] = None, start: Optional[float] = None):
+    """:func:`run_episode` after its reset, as a generator: it yields each action and is sent the step's
+    ``(obs, reward, terminated, truncated, info)``; it returns the record. ``env`` is the (unwrapped) env
+    that was reset with ``obs`` and ``info`` (the vector env's sub-env: ``fedsel_eval.vector_episodes``)."""
+    start = time.perf_counter() if start is None else start
     if make_policy is not None:
-        policy = make_policy(env.unwrapped.selection_spec)
+        policy = make_policy(env.selection_spec)
     if hasattr(policy, "bind"):  # agents that ask clients something before selecting (pow_d)
-        policy.bind(env.unwrapped)
+        policy.bind(env)
     num_samples = np.asarray(info["num_samples"])
     accuracy, clock, loss = [float(info["accuracy"])], [0.0], [float(info["loss"])]
     round_time, improved, responders, selected = [], [], [], []
@@ -56,7 +70,7 @@ def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable
     vector_return = None  # a vector reward (reward: vector) is summed per objective
     while not (terminated or truncated):
         action, _ = policy.predict(obs, deterministic=True)
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, terminated, truncated, info = yield action
         if np.ndim(reward):
             vector_return = np.asarray(reward, np.float64) + (0.0 if vector_return is None else vector_return)
         else:
@@ -128,8 +142,16 @@ def keep_env(config: Mapping[str, Any], env: Any) -> None:
 def evaluate_task(task: EpisodeTask, env_config: Mapping[str, Any]) -> Dict[str, Any]:
     """Run one task and return its JSON-ready record (the unit of work of a worker process)."""
     env = _env_for(env_config)
-    record = run_episode(env, None, task.seed,
-                         make_policy=lambda spec: build_policy(task.policy, spec, task.seed))
+    return task_record(task, run_episode(env, None, task.seed, make_policy=task_policy(task)))
+
+
+def task_policy(task: EpisodeTask) -> Callable[[Any], Any]:
+    """The task's policy, built from the episode's selection spec (``run_episode``'s ``make_policy``)."""
+    return lambda spec: build_policy(task.policy, spec, task.seed)
+
+
+def task_record(task: EpisodeTask, record: Mapping[str, Any]) -> Dict[str, Any]:
+    """The JSON-ready line of ``episodes.jsonl``: the task's key, policy, backend and seeds, then the record."""
     head = {"key": task.key, "policy": task.policy.label, "backend": task.backend.label, "seed": task.seed,
             "agent_seed": agent_seed(task.seed)}
     return jsonable({**head, **record})
@@ -199,11 +221,11 @@ def _worker_processes(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads
 
 
 def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = True,
-             torch_threads: int = 1, ray: Optional[str] = None) -> List[Dict[str, Any]]:
+             torch_threads: int = 1, ray: Optional[str] = None, n_envs: int = 1) -> List[Dict[str, Any]]:
     """Run every episode of ``plan`` not yet in ``run``'s ``episodes.jsonl``, appending each as it finishes.
 
-    The episodes run on one of three executors — this process, worker processes, Ray tasks — each a
-    generator of records; this process alone appends them to the run folder, so the folder and its
+    The episodes run on one of four executors — this process one episode at a time, this process several
+    at once through the vector env, worker processes, Ray tasks — each a generator of records; this process alone appends them to the run folder, so the folder and its
     resume work the same whichever ran them.
 
     :param workers: 1 = in this process; more = that many worker processes (:func:`_worker_context`).
@@ -211,13 +233,18 @@ def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = 
     :param torch_threads: torch threads per process (1 keeps runs identical across executors).
     :param ray: run the episodes as Ray tasks: ``"local"`` (start Ray here), ``"auto"`` or a cluster
         address (:mod:`fedsel_eval.ray_executor`); excludes ``workers`` > 1.
+    :param n_envs: in this process, play up to this many episodes at once through the vector env
+        (:mod:`fedsel_eval.vector_episodes`; the records are the same); excludes ``workers`` > 1 and ``ray``.
     :return: all the plan's records (earlier and new), in plan order.
     """
     from tqdm.auto import tqdm
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers = {workers!r} is invalid: expected an integer >= 1")
+    from .vector_episodes import check_n_envs, vector_records
+
     check_ray_address(ray, workers)
+    check_n_envs(n_envs, workers, ray)
     done = {r["key"]: r for r in run.read_episodes()}
     tasks = plan.tasks()
     todo = [t for t in tasks if t.key not in done]
@@ -229,6 +256,8 @@ def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = 
         records = ray_episodes(plan, todo, torch_threads, ray)
     elif workers > 1:
         records = _worker_processes(plan, todo, torch_threads, workers)
+    elif n_envs > 1:
+        records = vector_records(plan, todo, torch_threads, n_envs)
     else:  # in this process the bar names the episode being run
         records = _in_this_process(plan, todo, torch_threads,
                                    lambda t: bar.set_postfix_str(f"{t.policy.label} / {t.backend.label} seed {t.seed}"))
@@ -236,7 +265,7 @@ def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = 
         for record in records:
             run.append_episode(record)
             done[record["key"]] = record
-            if workers > 1 or ray is not None:
+            if workers > 1 or ray is not None or n_envs > 1:
                 bar.set_postfix_str(f"finished {record['policy']} / {record['backend']} seed {record['seed']}",
                                     refresh=False)
             bar.update(1)
@@ -246,4 +275,4 @@ def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = 
     return [done[t.key] for t in tasks]
 
 
-__all__ = ["evaluate_task", "keep_env", "run_episode", "run_plan"]
+__all__ = ["episode_steps", "evaluate_task", "keep_env", "run_episode", "run_plan", "task_policy", "task_record"]

@@ -23,7 +23,11 @@ The files are read by ``fedsel_env/sim/data_files.py``, which caches what it dec
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
+import json
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -151,6 +155,9 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
     :raises ValueError: on an unknown dataset, partition or parameter, an incompatible
         dataset/partition pair, or a pool too small for the requested sizes.
     """
+    shared = _SHARED_BUILDS.get()
+    if shared is not None:
+        return shared.build(cfg, rng)
     name = cfg["dataset"]
     source = DATASETS.lookup(name)
     noise, given = label_noise_params(cfg["dataset_params"])
@@ -191,6 +198,47 @@ def build_federated_data(cfg: Dict[str, Any], rng: np.random.Generator) -> Feder
         input_shape=tuple(pool.input_shape),
         num_classes=int(pool.num_classes),
     )
+
+
+class SharedBuilds:
+    """Federated datasets built once and shared while :func:`sharing_builds` is active (the vector env's
+    sub-envs, ``fedsel_env/vector.py``): the same config from a generator in the same state gives the same
+    :class:`FederatedData` object — nothing writes into its tensors — and leaves the generator where a build
+    would have left it, so every draw after it is as before. An entry lives while some env holds its data."""
+
+    def __init__(self) -> None:
+        self._data: "weakref.WeakValueDictionary[tuple, FederatedData]" = weakref.WeakValueDictionary()
+        self._after: Dict[tuple, Dict[str, Any]] = {}
+
+    def build(self, cfg: Dict[str, Any], rng: np.random.Generator) -> FederatedData:
+        key = (json.dumps(cfg, sort_keys=True, default=repr),
+               json.dumps(rng.bit_generator.state, sort_keys=True, default=str))
+        data = self._data.get(key)
+        if data is None:
+            token = _SHARED_BUILDS.set(None)
+            try:
+                data = build_federated_data(cfg, rng)
+            finally:
+                _SHARED_BUILDS.reset(token)
+            self._after = {k: v for k, v in self._after.items() if k in self._data}
+            self._data[key], self._after[key] = data, rng.bit_generator.state
+        else:
+            rng.bit_generator.state = self._after[key]
+        return data
+
+
+_SHARED_BUILDS: "contextvars.ContextVar[Optional[SharedBuilds]]" = contextvars.ContextVar("fedsel_shared_builds",
+                                                                                           default=None)
+
+
+@contextlib.contextmanager
+def sharing_builds(shared: SharedBuilds):
+    """Within the block, :func:`build_federated_data` goes through ``shared`` (see :class:`SharedBuilds`)."""
+    token = _SHARED_BUILDS.set(shared)
+    try:
+        yield shared
+    finally:
+        _SHARED_BUILDS.reset(token)
 
 
 #: label noise, a parameter of every dataset (``dataset_params``): the share of clients whose *training* labels
