@@ -154,17 +154,12 @@ def list_choices() -> str:
     import agents
     from fedsel_env.sim.aggregators import AGGREGATORS
     from fedsel_env.config import ENV_IDS, PRESETS
-    from fedsel_eval import OPTIONAL_AGENT_MODULES
 
     import inspect
 
-    names = sorted(set(agents.AGENTS) | set(OPTIONAL_AGENT_MODULES))
     lines = ["agents (--policy NAME[:KEY=VALUE,...]):"]
-    for n in names:
-        cls = agents.AGENTS.get(n)
-        if cls is None:
-            lines.append(f"  {n}: needs a saved model: --policy MODEL_PATH (or {n}:model_path=MODEL.zip)")
-            continue
+    for n in sorted(agents.AGENTS):
+        cls = agents.AGENTS[n]
         params = [f"{p.name}={p.default!r}" for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
                   if p.name not in ("spec", "seed") and p.default is not p.empty]
         lines.append(f"  {n}: modes {list(cls.supported_modes)}; params {', '.join(params) or 'none'}")

@@ -34,7 +34,6 @@ select the K available clients with the highest Q-values.
 """
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -44,16 +43,13 @@ from gymnasium import spaces
 from stable_baselines3 import DQN
 from torch.nn import functional as F
 
-from fedsel_env.config import read_yaml
 from fedsel_env.server_view import flatten
 from fedsel_env.spec import SelectionSpec
 
 from .base import SelectionAgent
+from .deploy import Deployment, deployment_config, read_env_config, register_deployment
 from .registry import AGENTS
 from .saved_models import load_model
-
-#: Name of the env-config file saved beside a trained model (train_agent.py writes it).
-ENV_CONFIG_FILE = "env_config.yaml"
 
 
 def double_dqn_target(
@@ -168,23 +164,6 @@ def flat_size(spec: SelectionSpec, flat_parts: Sequence[str]) -> int:
     return int(sum(sizes[p] for p in flat_parts))
 
 
-def read_env_config(model_path: Union[str, Path]) -> Dict[str, Any]:
-    """The training env config saved beside a model (``env_config.yaml`` in its folder or the folder above).
-
-    :raises ValueError: if no such file exists.
-    """
-    p = Path(model_path)
-    for folder in (p.parent, p.parent.parent):
-        f = folder / ENV_CONFIG_FILE
-        if f.is_file():
-            cfg = read_yaml(f, "env config")  # ValueError naming the file: not UTF-8, bad YAML
-            if not isinstance(cfg, dict):
-                raise ValueError(f"{str(f)!r} must hold a mapping of env config keys")
-            return cfg
-    raise ValueError(f"no {ENV_CONFIG_FILE} beside model {str(p)!r} (looked in {str(p.parent)!r} and "
-                     f"{str(p.parent.parent)!r}); pass flat_parts= or env_config= explicitly")
-
-
 @AGENTS.register("favor")
 class FavorAgent(SelectionAgent):
     """FAVOR's deployed selector: the K available clients with the highest Q-values.
@@ -285,9 +264,16 @@ class FavorAgent(SelectionAgent):
                 f"flat_parts={self.flat_parts})")
 
 
-def deployment_config(train_config: Mapping[str, Any]) -> Dict[str, Any]:
-    """The env config FAVOR is deployed in: the training config in the ``topk`` mode with Dict observations."""
-    cfg = copy.deepcopy(dict(train_config))
-    cfg["action_mode"] = "topk"
-    cfg["observation"] = "dict"
-    return cfg
+def deploy_top_k(model: Any, spec: SelectionSpec, train_config: Mapping[str, Any],
+                 seed: Optional[int] = None) -> FavorAgent:
+    """``agents.deploy``'s ``top_k``: a DQN-family model (loaded, or its saved ``.zip``) as FAVOR's top-K agent,
+    reading the ``flat_parts`` of its training config."""
+    flat_parts = train_config.get("flat_parts", ["weights"])
+    if isinstance(model, (str, Path)):
+        return FavorAgent(spec, seed=seed, model_path=model, flat_parts=flat_parts)
+    return FavorAgent(spec, seed=seed, model=model, flat_parts=flat_parts)
+
+
+register_deployment("top_k", Deployment(
+    selector=deploy_top_k, env_config=deployment_config, agent="favor",
+    about="FAVOR's: the K available clients with the highest Q-values, in a topk env with Dict observations"))

@@ -13,7 +13,7 @@ Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerCl
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import spaces
@@ -21,11 +21,9 @@ from gymnasium import spaces
 from fedsel_env.spec import SelectionSpec
 
 from .base import SelectionAgent
+from .deploy import ALGORITHMS, Deployment, deployment_config, detect_algorithm, model_class, register_deployment
 from .registry import AGENTS
 from .saved_models import load_model
-
-#: the SB3 class that loads each form (``agents.saved_models.detect_algorithm``'s name for it)
-_FORMS = {"pc_ppo": ("stable_baselines3", "PPO"), "pc_dqn": ("agents.favor", "DoubleDQN")}
 
 
 def _zip_of(path: Union[str, Path]) -> Path:
@@ -84,24 +82,21 @@ def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spac
     The saved spaces are replaced by this problem's (no weight depends on N); the replay buffer of a
     DQN-family model is not rebuilt (``buffer_size`` 1).
     """
-    import importlib
-
     zip_path = _zip_of(path)
     if not zip_path.is_file():
         raise ValueError(f"per_client agent: model_path {str(path)!r} does not exist")
-    from .saved_models import detect_algorithm
-
     form = detect_algorithm(zip_path)  # ValueError: not an SB3 zip
-    if form not in _FORMS:
+    forms = [a.name for a in ALGORITHMS.values() if a.deploy == "per_client"]
+    if form not in forms:
         raise ValueError(f"per_client agent: {str(zip_path)!r} was not trained with a per-client policy "
-                         f"(train_agent.py --algo pc_ppo or pc_dqn); FAVOR's flat models load with the 'favor' agent")
+                         f"(train_agent.py --algo {' or '.join(forms)}); FAVOR's flat models load with the 'favor' "
+                         f"agent")
     check_pca_components(zip_path, int(obs_space["weights"].shape[1]), spec.num_clients)
-    module, name = _FORMS[form]
-    cls = getattr(importlib.import_module(module), name)
+    cls, q_values = model_class(form), ALGORITHMS[form].off_policy  # DQN-family: per-client Q-values
     n = spec.num_clients
-    action_space = spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32) if name == "PPO" else spaces.Discrete(n)
+    action_space = spaces.Discrete(n) if q_values else spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
     custom: Dict[str, Any] = {"observation_space": obs_space, "action_space": action_space}
-    if name != "PPO":
+    if q_values:
         custom["buffer_size"] = 1
     return load_model(cls, zip_path, what="per_client agent: model", device=device, custom_objects=custom)
 
@@ -187,3 +182,17 @@ class PerClientAgent(SelectionAgent):
         avail = self.available(obs)
         s = self.scores(obs)[avail]
         return avail[np.argsort(-s, kind="stable")[: self.k]]
+
+
+def deploy_per_client(model: Any, spec: SelectionSpec, train_config: Mapping[str, Any],
+                      seed: Optional[int] = None) -> PerClientAgent:
+    """``agents.deploy``'s ``per_client``: a per-client model's saved file (loaded for the episode's N), or a
+    loaded model, as :class:`PerClientAgent`."""
+    if isinstance(model, (str, Path)):
+        return PerClientAgent(spec, seed=seed, model_path=model)
+    return PerClientAgent(spec, seed=seed, model=model)
+
+
+register_deployment("per_client", Deployment(
+    selector=deploy_per_client, from_path=True, env_config=deployment_config, agent="per_client",
+    check=check_pca_components, about="the per-client scorer: top-K of its scores, at any N"))

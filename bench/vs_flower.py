@@ -95,7 +95,7 @@ def child_flower(rounds: int, cpus: int, fedsel_strategy: bool, device: str = "c
 
     from fedsel_env.sim.training import BatchedTrainer
     from fedsel_flower import FedSelectStrategy, make_client_app
-    from fedsel_flower.strategy import draw_initial_arrays
+    from fedsel_flower.server_app import draw_initial_arrays
     from fedsel_flower.task import CONFIG_KEY, build_model, config_to_json, fedsel_config, federated_data, flat_of
 
     cfg = fedsel_config(workload(rounds, device))

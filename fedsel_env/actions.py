@@ -14,7 +14,7 @@ a rejected action changes nothing in the env.
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -23,6 +23,16 @@ from gymnasium.vector.utils import batch_differing_spaces, batch_space
 from .registry import Registry
 
 ACTION_MODES: Registry = Registry("action mode", plugins=False)
+
+
+def server_step(cfg: Mapping[str, Any]) -> float:
+    """The fraction of a communication round one step stands for: the config's ``one_mode_step`` in the ``one``
+    mode (``"1/K"``: 1/K), 1 in the others. The global model moves this fraction of the way to the aggregate,
+    and the round-based parts of the state and the round budget count the step as this fraction of a round."""
+    if cfg["action_mode"] != "one":
+        return 1.0
+    step = cfg["one_mode_step"]
+    return 1.0 / cfg["clients_per_round"] if step == "1/K" else float(step)
 
 
 class ActionMode:

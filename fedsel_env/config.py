@@ -16,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from .sim.adversary import validate_adversary
 from .sim.limits import check_value_shape, refuse_if_too_big, short
 from .sim.device import check_device_field
+from .spec import SelectionSpec
 
 DEFAULT_CONFIG: Dict[str, Any] = {
     # --- data (docs/SPEC.md §3.1, §3.2) -------------------------------------------
@@ -356,7 +357,7 @@ def _refuse_clients_beyond_memory(cfg: Dict[str, Any]) -> None:
     a row of d PCA coordinates (space bounds, observation, record: about 22 bytes each) and about 520 bytes of
     client features, contexts and counts."""
     n = cfg["num_clients"]
-    d = cfg["pca_components"] or min(100, n + 1)
+    d = SelectionSpec.pca_width(cfg)
     refuse_if_too_big(22 * (n + 1) * d + 520 * n,  # exact integers: n may be 10**400
                       f"config field 'num_clients' = {n} (the observation and the server's records of "
                       f"{n} clients, {d} PCA components each)", "use fewer clients (or fewer pca_components)")

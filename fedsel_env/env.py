@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, Optional
 import gymnasium as gym
 import numpy as np
 
-from .actions import ACTION_MODES
+from .actions import ACTION_MODES, server_step
 from .sim.aggregators import make_aggregator
 from .config import make_config
 from .sim.data import build_federated_data
@@ -58,22 +58,18 @@ class FedSelectEnv(gym.Env):
                 raise ValueError(f"config {config!r} is invalid: expected a mapping of config fields (a dict) or None")
             config = {**dict(config or {}), **fields}
         self.config = cfg = make_config(config, preset=preset)
-        # CUDA where torch sees none: ValueError now; auto: a GPU for a CNN (sim/device.py, gpu_is_faster)
+        # resolved once (the federations compute on it); CUDA where there is none: ValueError now (sim/device.py)
         self.device = resolve_device(cfg["device"], cfg["workers"], cfg["model"])
         self.num_clients, self.k = cfg["num_clients"], cfg["clients_per_round"]
-        # Checked at construction, so a bad name fails before any training: reward, backend, action mode.
+        # Built here, so a bad name fails before any training (reward, backend, action mode); the backend once
         self.reward_fn = make_reward(cfg["reward"], cfg["reward_params"])
         if hasattr(self.reward_fn, "space"):  # a vector reward (reward: vector): MO-Gymnasium's attributes
             self.reward_space = self.reward_fn.space(self.num_clients)
             self.reward_dim = self.reward_space.shape[0]
-        make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
+        self.aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
-        step = cfg["one_mode_step"]
-        #: the fraction of a communication round one step stands for (1 outside the `one` mode): the global
-        #: model moves this fraction of the way to the aggregate, and the round-based parts of the state and
-        #: the round budget count the step as this fraction of a round.
-        self.server_step = 1.0 if cfg["action_mode"] != "one" else (1.0 / self.k if step == "1/K" else float(step))
+        self.server_step = server_step(cfg)  #: the fraction of a communication round one step stands for
         #: steps per episode: the round budget in steps
         self.max_steps = max(1, math.ceil(cfg["max_rounds"] / self.server_step - 1e-9))
         # The data, hence the model's size and the observation's shapes, are fixed per config: build one
@@ -84,18 +80,12 @@ class FedSelectEnv(gym.Env):
         self._probe = (0, probe)
         self._model = make_model(cfg["model"], probe.input_shape, probe.num_classes, cfg["model_params"])
         self.model_size = num_parameters(self._model)
-        self.pca_components = min(cfg["pca_components"] or min(100, self.num_clients + 1), self.num_clients + 1)
+        self.selection_spec = SelectionSpec.from_config(cfg, probe.num_samples, self.model_size)
+        self.pca_components = self.selection_spec.pca_components
         self.view = ServerView(cfg, probe.num_samples, self.model_size, self.pca_components, self.server_step)
         self.observation_space = self.view.space if cfg["observation"] == "dict" else \
             flat_observation_space(self.view.space, cfg["flat_parts"])
-        self.selection_spec = self._spec(probe.num_samples)
         self.federation: Optional[Federation] = None
-
-    def _spec(self, num_samples: np.ndarray) -> SelectionSpec:
-        return SelectionSpec(num_clients=self.num_clients, clients_per_round=self.k,
-                             action_mode=self.config["action_mode"], num_samples=np.asarray(num_samples).copy(),
-                             max_rounds=self.config["max_rounds"], pca_components=self.pca_components,
-                             model_bytes=4 * self.model_size)
 
     def _federation(self, seed: int) -> Federation:
         """The federation of a partition seed, kept while the seed stays (one at a time)."""
@@ -105,7 +95,8 @@ class FedSelectEnv(gym.Env):
             probe_seed, probe = self._probe
             data = probe if probe_seed == seed else build_federated_data(self.config, np.random.default_rng([seed, 1]))
             self._probe = (seed, data)
-            self._federations = {seed: Federation(self.config, data, self._model, self._pool, self.server_step)}
+            self._federations = {seed: Federation(self.config, data, self._model, self._pool, self.server_step,
+                                                  aggregator=self.aggregator, device=self.device)}
         return self._federations[seed]
 
     # ------------------------------------------------------------------- reset
@@ -124,7 +115,7 @@ class FedSelectEnv(gym.Env):
             [int(x) for x in np.random.default_rng([fed_seed, 8]).integers(0, 2**31 - 1, size=3)]
         self.federation = fed = self._federation(fed_seed)
         report = yield from fed.start_steps(EpisodeSeeds(fed_seed, s[1], s[2], init, profiling))
-        self.selection_spec = self._spec(fed.num_samples)
+        self.selection_spec = SelectionSpec.from_config(self.config, fed.num_samples, self.model_size)
         self.view = ServerView(self.config, fed.num_samples, self.model_size, self.pca_components, self.server_step)
         broken = self.view.start(report, pca_seed=pca)
         self.view.open_round(fed.open_round())
@@ -138,31 +129,42 @@ class FedSelectEnv(gym.Env):
     def step_steps(self, action: Any):
         """One communication round (a share of one in the ``one`` mode) with the clients the action names
         (``step``; as a generator it yields the round's ``TrainRequest``, for ``fedsel_env/vector.py``)."""
+        selected = self._decode(action)  # may raise; no side effect
+        report = yield from self.federation.round_steps(selected, evaluate=self._count_round())
+        reward = self._reward(self._record(report))
+        terminated = bool(report.evaluation is not None and not report.diverged
+                          and self.view.accuracy >= self.config["target_accuracy"])
+        truncated = bool(not terminated and (self._round >= self.max_steps or self.tally.diverged))
+        if not terminated and not truncated:
+            self.view.open_round(self.federation.open_round())
+        return self.view.observe(), reward, terminated, truncated, self.tally.step_info(report, self.view, terminated)
+
+    step = on_env_threads(inline(step_steps))  # Gymnasium's step: step_steps with its training done here
+
+    def _decode(self, action: Any) -> np.ndarray:
         if self.federation is None:
             raise RuntimeError("call reset() before step()")
-        selected = self.action_mode.decode(action, self.view.available)  # may raise; no side effect
+        return self.action_mode.decode(action, self.view.available)
+
+    def _count_round(self) -> bool:
+        """Count the round; whether the global model is evaluated in it (every ``eval_every`` rounds, and the last)."""
         self._round += 1
-        report = yield from self.federation.round_steps(
-            selected, evaluate=self._round % self.config["eval_every"] == 0 or self._round >= self.max_steps)
+        return self._round % self.config["eval_every"] == 0 or self._round >= self.max_steps
+
+    def _record(self, report: Any) -> RoundOutcome:
+        """The round into the view's and the episode's records; what the reward reads of it."""
         prev_acc, prev_part, prev_client_acc = \
             self.view.accuracy, self.view.participation.copy(), self.view.client_accuracies
         self.view.record(report)
         self.tally.record(report)
-        acc = self.view.accuracy
-        reward = self.reward_fn(RoundOutcome(acc, prev_acc, self.config["target_accuracy"], report.round_time,
-                                             self._round, self.view.participation, prev_part,
-                                             self.view.client_accuracies, prev_client_acc))
-        terminated = bool(report.evaluation is not None and not report.diverged
-                          and acc >= self.config["target_accuracy"])
-        truncated = bool(not terminated and (self._round >= self.max_steps or self.tally.diverged))
-        if not terminated and not truncated:
-            self.view.open_round(self.federation.open_round())
-        return self.view.observe(), reward if hasattr(self, "reward_space") else float(reward), terminated, \
-            truncated, self.tally.step_info(report, self.view, terminated)
+        return RoundOutcome(self.view.accuracy, prev_acc, self.config["target_accuracy"], report.round_time,
+                            self._round, self.view.participation, prev_part, self.view.client_accuracies,
+                            prev_client_acc)
 
-    step = on_env_threads(inline(step_steps))  # Gymnasium's step: step_steps with its training done here
+    def _reward(self, outcome: RoundOutcome) -> Any:
+        reward = self.reward_fn(outcome)
+        return reward if hasattr(self, "reward_space") else float(reward)
 
-    # ---------------------------------------------------------------- queries
     @on_env_threads
     def query_losses(self, clients: Any) -> np.ndarray:
         """Ask available clients for their loss F_k(w_t) on the current global model before selecting.
@@ -179,7 +181,6 @@ class FedSelectEnv(gym.Env):
         self.tally.loss_queries += int(ids.size)
         return self.federation.query_losses(ids)
 
-    # ------------------------------------------------------------------ masks
     def action_masks(self) -> np.ndarray:
         """Which clients are available in the coming round (sb3-contrib's convention)."""
         if self.federation is None:

@@ -8,7 +8,7 @@ observation; they never see the simulator's hidden state (θ*, labels, data).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Any, Mapping, Tuple
 
 import numpy as np
 
@@ -55,6 +55,21 @@ class SelectionSpec:
     pca_components: int
     model_bytes: int
     client_features: Tuple[str, ...] = CLIENT_FEATURES
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], num_samples: np.ndarray, model_size: int) -> "SelectionSpec":
+        """The spec of a (complete, checked) env config, given what the profiling round told: the clients'
+        sample counts and the model's parameter count. The env and the Flower strategy build theirs here."""
+        return cls(num_clients=int(cfg["num_clients"]), clients_per_round=int(cfg["clients_per_round"]),
+                   action_mode=cfg["action_mode"], num_samples=np.asarray(num_samples).copy(),
+                   max_rounds=cfg["max_rounds"], pca_components=cls.pca_width(cfg), model_bytes=4 * int(model_size))
+
+    @staticmethod
+    def pca_width(cfg: Mapping[str, Any]) -> int:
+        """d, the PCA width of a config: its ``pca_components``, by default min(100, N + 1); at most N + 1
+        (the PCA is fitted on the N + 1 weight vectors of the profiling round)."""
+        n = int(cfg["num_clients"])
+        return min(cfg["pca_components"] or min(100, n + 1), n + 1)
 
     def feature(self, obs: dict, name: str) -> np.ndarray:
         """Column ``name`` of ``obs["clients"]``, shape (N,)."""

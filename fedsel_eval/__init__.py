@@ -41,8 +41,7 @@ from .plan import (EVAL_CONFIG_KEYS, BackendSpec, EpisodeTask, EvalPlan, episode
                    parse_backend)
 from .plots import PLOT_FILES, plot_all
 from .ray_executor import check_address as check_ray_address
-from .policies import (DQN_FAMILY, OPTIONAL_AGENT_MODULES, ModelPolicy, PolicySpec, agent_seed, build_policy,
-                       check_model_fits, hand_written_agents, parse_policy, resolve_model)
+from .policies import PolicySpec, agent_seed, build_policy, check_model_fits, hand_written_agents, parse_policy
 from .run_folder import (CONFIG_FILE, EPISODES_FILE, FORMAT_VERSION, SUMMARY_CSV, SUMMARY_MD, RunFolder,
                          atomic_write_text, config_differences)
 from .results import Results, compare, resolve_reference
@@ -152,12 +151,12 @@ def run(out: Union[str, Path], env: Union[str, Mapping[str, Any]] = "default", p
                           results=results)
 
 
-__all__ = ["CONFIG_FILE", "DQN_FAMILY", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",
-           "OPTIONAL_AGENT_MODULES", "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "BackendSpec", "Interval", "Results",
-           "EpisodeTask", "EvalPlan", "Evaluation", "Interrupted", "ModelPolicy", "PolicySpec", "RunFolder",
+__all__ = ["CONFIG_FILE", "EPISODES_FILE", "EVAL_CONFIG_KEYS", "FORMAT_VERSION", "METRICS",
+           "PLOT_FILES", "SUMMARY_CSV", "SUMMARY_MD", "BackendSpec", "Interval", "Results",
+           "EpisodeTask", "EvalPlan", "Evaluation", "Interrupted", "PolicySpec", "RunFolder",
            "agent_seed", "atomic_write_text", "build_policy", "check_model_fits", "check_ray_address",
            "config_differences",
            "episode_key", "evaluate_task", "hand_written_agents", "load_eval_config", "make_plan", "parse_backend",
-           "parse_params", "parse_policy", "plot_all", "resolve_model", "run", "run_episode", "run_plan",
+           "parse_params", "parse_policy", "plot_all", "run", "run_episode", "run_plan",
            "split_items", "summarise", "summary_columns", "summary_csv", "summary_markdown", "bootstrap_ci", "compare",
            "paired_difference", "resolve_reference"]

@@ -22,7 +22,7 @@ from fedsel_env import metrics
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.sim import lifeline
 
-from .policies import OPTIONAL_AGENT_MODULES, agent_seed, build_policy
+from .policies import agent_seed, build_policy
 from .ray_executor import check_address as check_ray_address
 from .run_folder import RunFolder, jsonable
 
@@ -166,10 +166,7 @@ def _worker_context(plan: EvalPlan) -> Any:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    preload = ["fedsel_eval", "fedsel_env.env", "agents"]
-    if any(p.kind == "model" or p.source in OPTIONAL_AGENT_MODULES for p in plan.policies):
-        preload.append("agents.favor")
-    ctx.set_forkserver_preload(preload)
+    ctx.set_forkserver_preload(["fedsel_eval", "fedsel_env.env", "agents"])  # agents: every agent and deployment
     return ctx
 
 

@@ -2,45 +2,33 @@
 
 Owns reading a ``--policy`` value (:func:`parse_policy`: a registered agent or one named by its import
 path ``package.module:Class``, with parameters, or a saved model — any SB3 or sb3-contrib zip, its
-algorithm read from it or given as ``ALGO:PATH``), finding a model's ``.zip``, algorithm and training env
-config (:func:`resolve_model`) and its sha256, listing the hand-written agents that act in a mode,
+algorithm read from it or given as ``ALGO:PATH``; ``agents.deploy.resolve_model`` finds its ``.zip``,
+algorithm and training env config) and its sha256, listing the hand-written agents that act in a mode,
 loading models (once per process), checking a model fits the evaluation env, and building a fresh policy
-object with SB3's ``predict`` for each episode (:func:`build_policy`), seeded by :func:`agent_seed`.
+object with SB3's ``predict`` for each episode (:func:`build_policy`: agents by ``agents.make``, models
+as the algorithms' table deploys them, ``agents.deploy.deploy``), seeded by :func:`agent_seed`.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib
-import inspect
-import json
 import os
 import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 from gymnasium import spaces
 
 import agents
-from agents.favor import ENV_CONFIG_FILE, read_env_config
-from agents.saved_models import MODEL_CLASSES, detect_algorithm, load_model, model_class
-from fedsel_env.actions import SubsetSpace
-from fedsel_env.config import make_config, read_yaml
+from agents.deploy import ALGORITHMS, ModelPolicy, algorithm, deploy, model_class, resolve_model
+from agents.saved_models import load_model
+from fedsel_env.config import make_config
 from fedsel_env.registry import is_import_path
 from fedsel_env.server_view import flatten
-from fedsel_env.wrappers import repair_subset, subset_masks
 
 from .params import label as _label
 from .params import parse_params
-
-#: SB3 algorithms (train_agent.py's ``--algo``) whose models are deployed as FAVOR's top-K agent.
-DQN_FAMILY = ("favor", "favor+", "dqn")
-#: algorithms whose models are the per-client selector (``agents.per_client``: top-K of its scores, at any N)
-PER_CLIENT = ("pc_ppo", "pc_dqn")
-#: Agents that live in modules ``agents/__init__`` does not import (they need Stable-Baselines3).
-OPTIONAL_AGENT_MODULES = {"favor": "agents.favor"}
 
 
 @dataclass(frozen=True)
@@ -52,7 +40,7 @@ class PolicySpec:
     :param source: the agent's registry name, or the model's ``.zip`` path.
     :param params: the agent's keyword parameters.
     :param algo: for a model, the algorithm it was trained with (train_agent.py's ``--algo``, a name of
-        ``agents.saved_models.MODEL_CLASSES`` or an import path).
+        ``agents.deploy.ALGORITHMS`` or an import path).
     :param train_config: for a model, the env config it was trained in (``env_config.yaml``; for a model
         saved without one, the evaluation's env config as given on the command line).
     :param sha256: for a model, the hash of its file (a retrained model is a different policy).
@@ -74,11 +62,6 @@ class PolicySpec:
         return d
 
 
-def _ensure_agent_registered(name: str) -> None:
-    if name not in agents.AGENTS and name in OPTIONAL_AGENT_MODULES:
-        importlib.import_module(OPTIONAL_AGENT_MODULES[name])
-
-
 def _looks_like_path(source: str) -> bool:
     return source.endswith(".zip") or "/" in source or os.sep in source or Path(source).exists()
 
@@ -89,8 +72,8 @@ def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> P
     AGENT is a registered agent name (``afl``, ``rbcsf:v=10,beta=0.1``) or an agent class's import path
     (``my_pkg.agents:Greedy:k=2``). MODEL_PATH is a saved SB3 / sb3-contrib model: a ``.zip`` or a
     train_agent.py run folder (its ``model.zip``); its algorithm comes from the run's ``args.yaml``, else
-    from the zip itself (:func:`agents.saved_models.detect_algorithm`), else from ``ALGO:`` (a name of
-    ``agents.saved_models.MODEL_CLASSES``, e.g. ``a2c:my_model.zip``, or a class's import path; it also
+    from the zip itself (:func:`agents.deploy.detect_algorithm`), else from ``ALGO:`` (a name of
+    ``agents.deploy.ALGORITHMS``, e.g. ``a2c:my_model.zip``, or a class's import path; it also
     overrides what the zip says). LABEL names the policy in the outputs (default: the agent name with its
     parameters, or ``<algo>:<run folder>``).
 
@@ -105,7 +88,7 @@ def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> P
     rest, given_label = m.group("rest").strip(), m.group("label")
     head, sep, tail = rest.partition(":")
     params_follow = re.match(r"\s*[A-Za-z_]\w*\s*=", tail) is not None  # AGENT:KEY=VALUE, not ALGO:PATH
-    if sep and head in MODEL_CLASSES and not params_follow:
+    if sep and head in ALGORITHMS and not params_follow:
         return _model_spec(tail.strip(), given_label, head, env_config)
     cls_name, sep2, model_path = tail.partition(":")
     if sep2 and is_import_path(f"{head}:{cls_name}") and _looks_like_path(model_path):  # module:Class:PATH
@@ -113,9 +96,8 @@ def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> P
     if sep and not params_follow and re.fullmatch(r"[\w+.-]+", head) and _looks_like_path(tail) \
             and not Path(rest).exists():
         raise ValueError(f"bad --policy {text!r}: {head!r} is no model algorithm; ALGO:PATH takes one of "
-                         f"{sorted(MODEL_CLASSES)} or a class's import path (package.module:Class:PATH)")
+                         f"{sorted(ALGORITHMS)} or a class's import path (package.module:Class:PATH)")
     source, params_text = agents.AGENTS.split(rest)
-    _ensure_agent_registered(source)
     if agents.AGENTS.knows(source) and not _looks_like_path(source):
         agents.AGENTS.lookup(source)  # an import path: the module, the class and its interface are checked now
         params = parse_params(params_text, f"agent {source!r}")
@@ -123,9 +105,8 @@ def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> P
                           source=source, params=params)
     if _looks_like_path(rest):
         return _model_spec(rest, given_label, None, env_config)
-    raise ValueError(f"unknown policy {source!r}: give a registered agent {sorted(agents.AGENTS)} "
-                     f"(optional: {sorted(set(OPTIONAL_AGENT_MODULES) - set(agents.AGENTS))}), an agent class's "
-                     f"import path ('package.module:Class'), 'all' for every hand-written agent, or the path of "
+    raise ValueError(f"unknown policy {source!r}: give a registered agent {sorted(agents.AGENTS)}, an agent "
+                     f"class's import path ('package.module:Class'), 'all' for every hand-written agent, or the path of "
                      f"a saved model (.zip or a train_agent.py run folder, optionally ALGO:PATH)")
 
 
@@ -135,53 +116,6 @@ def _model_spec(source: str, label: Optional[str], algo: Optional[str],
     tag = zip_path.parent.name if zip_path.name == "model.zip" else zip_path.stem
     return PolicySpec(label=label or f"{algo.split(':')[-1]}:{tag}", kind="model", source=str(zip_path.resolve()),
                       algo=algo, train_config=train_config, sha256=_sha256(zip_path))
-
-
-def resolve_model(path: Union[str, Path], algo: Optional[str] = None,
-                  env_config: Optional[Mapping[str, Any]] = None) -> Tuple[Path, str, Dict[str, Any]]:
-    """A model path → (its ``.zip``, the algorithm that trained it, the env config it was trained in).
-
-    ``path`` is a ``.zip`` (the suffix may be left off) or a train_agent.py run folder (``model.zip``
-    in it). The algorithm is ``algo`` when given, else the run's ``args.yaml``'s, else what the zip
-    tells (:func:`agents.saved_models.detect_algorithm`). The env config is ``env_config.yaml`` in the
-    model's folder or the one above (train_agent.py writes it), else ``env_config``.
-
-    :raises ValueError: for a missing model, an algorithm that cannot be told, or no env config.
-    """
-    p = Path(path)
-    if p.is_dir():
-        zip_path = p / "model.zip"
-        if not zip_path.is_file():
-            found = sorted(str(z.relative_to(p)) for z in p.rglob("*.zip"))
-            raise ValueError(f"model folder {str(p)!r} has no model.zip (train_agent.py's final model); "
-                             f"models in it: {found or 'none'} — pass one of them as a path")
-    elif p.is_file() and p.suffix == ".zip":
-        zip_path = p
-    elif p.with_name(p.name + ".zip").is_file():
-        zip_path = p.with_name(p.name + ".zip")
-    else:
-        raise ValueError(f"model path {str(p)!r} does not exist (expected a saved SB3 model .zip or a "
-                         f"train_agent.py run folder with model.zip)")
-    if algo is None:
-        for folder in (zip_path.parent, zip_path.parent.parent):
-            if (folder / "args.yaml").is_file():
-                saved = read_yaml(folder / "args.yaml", "run settings file")  # ValueError naming it: bad YAML
-                algo = saved.get("algo") if isinstance(saved, dict) else None
-                break
-    if algo is None:
-        algo = detect_algorithm(zip_path)  # ValueError: not an SB3 zip
-    if algo is None:
-        raise ValueError(f"cannot tell which algorithm trained {str(zip_path)!r} (no train_agent.py args.yaml "
-                         f"beside it, and its saved policy is shared by several algorithms): name it as "
-                         f"--policy ALGO:{zip_path}, ALGO one of {sorted(MODEL_CLASSES)} or a class's import "
-                         f"path")
-    model_class(str(algo))  # an unknown name or a class that is no SB3 algorithm: ValueError now
-    beside = [f / ENV_CONFIG_FILE for f in (zip_path.parent, zip_path.parent.parent)]
-    if any(f.is_file() for f in beside) or env_config is None:
-        train_config = read_env_config(zip_path)  # ValueError when there is none and no env config was given
-    else:
-        train_config = make_config(dict(env_config))
-    return zip_path, str(algo), train_config
 
 
 def _sha256(path: Path) -> str:
@@ -215,55 +149,6 @@ def hand_written_agents(spec: Any) -> Tuple[List[str], Dict[str, str]]:
     return names, skipped
 
 
-class ModelPolicy:
-    """A saved SB3 / sb3-contrib model (PPO, A2C, SAC, MaskablePPO, ...) acting in the env's own action mode.
-
-    The evaluation env gives Dict observations; a model trained on the flat observation gets the
-    same flat vector the env would build (``flat_parts`` of its training config). As in training:
-    a model with ``action_masks`` in its ``predict`` (MaskablePPO) gets the availability mask in its
-    space's layout; a ``MultiBinary`` model in the ``subset`` mode has an over-full or empty subset
-    turned into a round by :func:`fedsel_env.wrappers.repair_subset` (its draws from this episode's
-    seed); a recurrent model (RecurrentPPO) carries its state through the episode.
-
-    :param model: a loaded SB3 model.
-    :param train_config: the env config it was trained in.
-    :param spec: the evaluation env's selection spec (``None``: no masks, no repair).
-    :param seed: the seed of the repair's draws.
-    """
-
-    def __init__(self, model: Any, train_config: Mapping[str, Any], spec: Any = None, seed: Optional[int] = None) -> None:
-        self.model = model
-        self.flat_parts = list(train_config.get("flat_parts", ["weights"])) \
-            if train_config.get("observation") == "flat" else None
-        self.spec = spec
-        self.masked = "action_masks" in inspect.signature(model.predict).parameters
-        self.repair = (spec is not None and spec.action_mode == "subset"
-                       and isinstance(model.action_space, spaces.MultiBinary)
-                       and not isinstance(model.action_space, SubsetSpace))
-        self.rng = np.random.default_rng(seed)
-        self._state: Any = None
-        self._started = False
-
-    def predict(self, observation: Dict[str, np.ndarray], state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> Tuple[np.ndarray, Any]:
-        """SB3's ``predict`` on the observation in the form the model was trained on."""
-        available = self.spec.feature(observation, "available") > 0.5 if self.spec is not None else None
-        extra: Dict[str, Any] = {}
-        if self.masked and available is not None:
-            extra["action_masks"] = subset_masks(available) \
-                if isinstance(self.model.action_space, spaces.MultiBinary) else available
-        if state is None and episode_start is None:  # run_episode's call: this object carries the episode
-            state, episode_start = self._state, np.array([not self._started])
-        if self.flat_parts is not None:
-            observation = flatten(observation, self.flat_parts)
-        action, self._state = self.model.predict(observation, state=state, episode_start=episode_start,
-                                                 deterministic=deterministic, **extra)
-        self._started = True
-        if self.repair:
-            action = repair_subset(action, self.spec.clients_per_round, available, self.rng)
-        return action, self._state
-
-
 _MODEL_CACHE: Dict[Tuple[str, str], Any] = {}
 
 
@@ -288,20 +173,15 @@ def agent_seed(seed: int) -> int:
 def build_policy(p: PolicySpec, spec: Any, seed: int) -> Any:
     """A fresh policy object for one episode: anything with SB3's ``predict``.
 
-    Registered agents come from ``agents.make``; a DQN-family model becomes FAVOR's deployed top-K
-    agent (``agents.favor.FavorAgent``); any other SB3 model acts through :class:`ModelPolicy`.
+    Registered agents come from ``agents.make``; a model is deployed as its algorithm's entry of the
+    table says (``agents.deploy.deploy``: FAVOR's top-K agent for a DQN-family model, the per-client agent
+    — which loads itself for the env's N — for a per-client one, :class:`~agents.deploy.ModelPolicy` for
+    any other SB3 model), from the model this process loaded once.
     """
     if p.kind == "agent":
-        _ensure_agent_registered(p.source)
         return agents.make(p.source, spec, seed=agent_seed(seed), **p.params)
-    if p.algo in PER_CLIENT:  # loads itself for the env's N (no weight depends on it)
-        return agents.make("per_client", spec, seed=agent_seed(seed), model_path=p.source)
-    model = _load_model(p)
-    if p.algo in DQN_FAMILY:
-        _ensure_agent_registered("favor")
-        return agents.make("favor", spec, seed=agent_seed(seed), model=model,
-                           flat_parts=(p.train_config or {}).get("flat_parts", ["weights"]))
-    return ModelPolicy(model, p.train_config or {}, spec, agent_seed(seed))
+    model = p.source if algorithm(str(p.algo)).deployment.from_path else _load_model(p)
+    return deploy(model, spec, p.train_config or {}, agent_seed(seed), algo=p.algo)
 
 
 def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
@@ -346,5 +226,4 @@ def check_model_fits(p: PolicySpec, env: Any) -> List[str]:
     return [k for k in sorted(train) if k not in ignore and train[k] != env.config.get(k)]
 
 
-__all__ = ["DQN_FAMILY", "OPTIONAL_AGENT_MODULES", "ModelPolicy", "PolicySpec", "agent_seed", "build_policy",
-           "check_model_fits", "hand_written_agents", "parse_policy", "resolve_model"]
+__all__ = ["PolicySpec", "agent_seed", "build_policy", "check_model_fits", "hand_written_agents", "parse_policy"]

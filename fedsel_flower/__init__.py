@@ -21,7 +21,7 @@ except ImportError as e:  # pragma: no cover - depends on the optional extra
 # Exports are imported on first use: a ClientApp process (a Ray actor, a SuperNode) then loads only
 # what the client needs, not the agents and stable-baselines3 the server's strategy imports.
 _EXPORTS = {
-    "FedSelectStrategy": "strategy", "draw_initial_arrays": "strategy", "ContextEstimate": "strategy",
+    "FedSelectStrategy": "strategy", "draw_initial_arrays": "server_app", "ContextEstimate": "contexts",
     "ClientTask": "task", "fedsel_config": "task", "federated_data": "task",
     "initial_arrays_for": "server_app", "make_server_app": "server_app", "make_client_app": "client_app",
     "ReplyLimits": "validation",

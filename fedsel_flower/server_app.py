@@ -18,13 +18,31 @@ The module-level ``app`` is what ``flwr run`` loads (``serverapp =
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
-from .strategy import FedSelectStrategy, draw_initial_arrays
-from .task import federated_data
+from fedsel_env.sim.models import init_params
+from fedsel_env.sim.training import ParamLayout
+
+from .strategy import FedSelectStrategy
+from .task import build_model, federated_data, state_dict_of
+
+
+def draw_initial_arrays(config: Mapping[str, Any], input_shape: tuple, num_classes: int, seed: int) -> ArrayRecord:
+    """w_0 of the config's model drawn as the env draws it (``init_params``, ``torch.Generator`` seeded by ``seed``).
+
+    :param config: the fedsel config.
+    :param input_shape: the dataset's input shape.
+    :param num_classes: the dataset's number of classes.
+    :param seed: the generator's seed.
+    """
+    model = build_model(config, input_shape, num_classes)
+    layout = ParamLayout(model)
+    w0 = layout.flatten(init_params(model, torch.Generator().manual_seed(int(seed))))
+    return ArrayRecord(state_dict_of(layout, w0))
 
 
 def initial_arrays_for(strategy: FedSelectStrategy, init_seed: int = 0) -> ArrayRecord:

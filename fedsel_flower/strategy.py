@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from logging import INFO, WARNING
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -43,67 +44,22 @@ from flwr.serverapp.strategy import FedAvg, Result
 from flwr.supercore import log
 
 import agents
+from agents.deploy import algorithm, check_saved_models, deploy, resolve_model
 from fedsel_env.actions import ACTION_MODES
 from fedsel_env.sim.aggregators import Aggregator, ClientUpdates, make_aggregator
 from fedsel_env.sim.aggregators.base import checked_aggregate
 from fedsel_env.sim.federation import Evaluation, RoundOpening, RoundReport
-from fedsel_env.sim.models import init_params
 from fedsel_env.server_view import ServerView
 from fedsel_env.spec import SelectionSpec
 from fedsel_env.sim.training import ParamLayout
 
+from .contexts import ContextEstimate
 from .validation import ReplyLimits, check_evaluate_reply, check_train_reply
 from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KEY, NUM_EXAMPLES_KEY,
-                   PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, build_model, config_to_json,
+                   PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, config_to_json,
                    fedsel_config, flat_of, state_dict_of)
 
 AgentFactory = Callable[[SelectionSpec], Any]
-
-
-class ContextEstimate:
-    """RBCS-F's contexts c_{t,n} as a real server can estimate them from each client's last exchange.
-
-    The simulator draws the contexts from RBCS-F's system model; a Flower server only has its
-    clock: ``ctx_cpu`` — the client's last local-computation seconds per sample and epoch over the
-    median of all clients' (≈ 1/μ: 1 at the median speed, 2 when twice as slow); ``ctx_cold`` — 1
-    when the client did not train in the last round; ``ctx_comm`` — the part of its last exchange
-    time τ (the reply's creation time minus the instruction's) it did not spend computing (≈ M/B).
-
-    :param compute: seconds per sample and epoch of the profiling round (N,).
-    :param transfer: τ minus the client's handle time in the profiling round (N,).
-    """
-
-    def __init__(self, compute: np.ndarray, transfer: np.ndarray) -> None:
-        self.compute = np.asarray(compute, dtype=np.float64).copy()
-        self.transfer = np.asarray(transfer, dtype=np.float64).copy()
-        self.took_part = np.ones(self.compute.size, dtype=bool)  # everyone trained in the profiling round
-
-    def update(self, clients: np.ndarray, compute: np.ndarray, transfer: np.ndarray) -> None:
-        """The clients that trained this round and their new timings."""
-        self.took_part[:] = False
-        self.took_part[clients] = True
-        self.compute[clients], self.transfer[clients] = compute, transfer
-
-    def context(self) -> np.ndarray:
-        """(N, 3): [ctx_cpu, ctx_cold, ctx_comm]."""
-        positive = self.compute > 0
-        med = float(np.median(self.compute[positive])) if positive.any() else 0.0
-        cpu = self.compute / med if med > 0 else np.ones_like(self.compute)
-        return np.stack([cpu, (~self.took_part).astype(np.float64), self.transfer], axis=1)
-
-
-def draw_initial_arrays(config: Mapping[str, Any], input_shape: tuple, num_classes: int, seed: int) -> ArrayRecord:
-    """w_0 of the config's model drawn as the env draws it (``init_params``, ``torch.Generator`` seeded by ``seed``).
-
-    :param config: the fedsel config.
-    :param input_shape: the dataset's input shape.
-    :param num_classes: the dataset's number of classes.
-    :param seed: the generator's seed.
-    """
-    model = build_model(config, input_shape, num_classes)
-    layout = ParamLayout(model)
-    w0 = layout.flatten(init_params(model, torch.Generator().manual_seed(int(seed))))
-    return ArrayRecord(state_dict_of(layout, w0))
 
 
 class FedSelectStrategy(FedAvg):
@@ -118,6 +74,9 @@ class FedSelectStrategy(FedAvg):
         ``spec -> agent``. The agent needs only SB3's ``predict(obs)``. A ``per_client`` model whose PCA
         width is not the config's ``pca_components`` is refused here (the error names the width to set).
     :param agent_params: keyword parameters of the named agent.
+    :param model: instead of ``agent``, a trained model (a ``.zip`` or a ``train_agent.py`` run folder) deployed as
+        its algorithm's entry of ``agents.deploy``'s table says (FAVOR's top-K, the per-client scorer, the SB3
+        policy; ``agents.deploy.deploy``), seeded by ``agent_seed``.
     :param agent_seed: the named agent's seed.
     :param train_seed: root of the clients' minibatch-order generators (the env's ``Federation.train_seed``).
     :param pca_seed: ``random_state`` of the profiling round's PCA.
@@ -132,6 +91,7 @@ class FedSelectStrategy(FedAvg):
 
     def __init__(self, config: Optional[Mapping[str, Any]] = None, agent: Union[str, AgentFactory] = "random",
                  agent_params: Optional[Mapping[str, Any]] = None, agent_seed: Optional[int] = None,
+                 model: Union[str, Path, None] = None,
                  train_seed: int = 0, pca_seed: int = 0, fraction_evaluate: float = 1.0,
                  timeout: float = 3600.0, limits: Optional[ReplyLimits] = None, **kwargs: Any) -> None:
         cfg = fedsel_config(config)
@@ -171,15 +131,19 @@ class FedSelectStrategy(FedAvg):
         self.timeout = float(timeout)
         self.aggregator: Aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(n, self.k)
-        self.pca_components = min(cfg["pca_components"] or min(100, n + 1), n + 1)
-        if agent == "per_client" and self.agent_params.get("model_path") is not None:
-            # a per-client model runs at any N but only at the d it was trained with: refuse it before the
-            # SuperNodes are waited for and the profiling round is played (FAVOR's model fails when it is built)
-            from agents.per_client import check_pca_components
-
-            paths = self.agent_params["model_path"]
-            for path in paths if isinstance(paths, (list, tuple)) else [paths]:
-                check_pca_components(path, self.pca_components, n)
+        self.pca_components = SelectionSpec.pca_width(cfg)
+        # a saved model that cannot act here (a per-client model's d) is refused before the SuperNodes are
+        # waited for and the profiling round is played (its deployment's check; FAVOR's fails when it is built)
+        self.model: Optional[tuple] = None
+        if model is not None:
+            if agent != "random" or agent_params:
+                raise ValueError("give agent= (and agent_params=) or model=, not both")
+            self.model = resolve_model(model)  # (zip, algorithm, training env config); ValueError: not a model
+            check = algorithm(self.model[1]).deployment.check
+            if check is not None:
+                check(self.model[0], self.pca_components, n)
+        elif isinstance(agent, str):
+            check_saved_models(agent, self.agent_params, self.pca_components, n)
         self.layout: Optional[ParamLayout] = None
         self.global_params: Optional[torch.Tensor] = None
         self.node_of: Dict[int, int] = {}      # client index -> node id
@@ -326,20 +290,25 @@ class FedSelectStrategy(FedAvg):
         self.view.start(self._report(0, st["clients"], st, self.global_params,
                                      Evaluation(acc0, float("nan"), np.zeros(n))), pca_seed=self.pca_seed)
         self.contexts = ContextEstimate(st["compute"], st["transfer"])
-        self.selection_spec = SelectionSpec(num_clients=n, clients_per_round=self.k,
-                                            action_mode=self.config["action_mode"],
-                                            num_samples=st["n_k"].astype(np.int64),
-                                            max_rounds=self.config["max_rounds"],
-                                            pca_components=self.pca_components, model_bytes=4 * self.layout.size)
-        if isinstance(self.agent_spec, str):
-            self.agent = agents.make(self.agent_spec, self.selection_spec, seed=self.agent_seed, **self.agent_params)
-        else:
-            self.agent = self.agent_spec(self.selection_spec)
-        if not hasattr(self.agent, "predict"):
-            raise ValueError(f"agent {self.agent!r} has no predict(observation) method")
+        self.selection_spec = SelectionSpec.from_config(self.config, st["n_k"].astype(np.int64), self.layout.size)
+        self.agent = self.make_agent(self.selection_spec)
         self.profile_info = {"time": time.perf_counter() - t0, "accuracy": acc0, "losses": st["loss"].copy(),
                              "num_samples": st["n_k"].astype(np.int64)}
         log(INFO, "fedsel profiling round done in %.2fs: w_0 accuracy %.4f", self.profile_info["time"], acc0)
+
+    def make_agent(self, spec: SelectionSpec) -> Any:
+        """The selector for the problem the profiling round told: the model deployed, the named agent built,
+        or the factory called. :raises ValueError: for one without ``predict``."""
+        if self.model is not None:
+            zip_path, algo, train_config = self.model
+            agent = deploy(zip_path, spec, train_config, seed=self.agent_seed, algo=algo)
+        elif isinstance(self.agent_spec, str):
+            agent = agents.make(self.agent_spec, spec, seed=self.agent_seed, **self.agent_params)
+        else:
+            agent = self.agent_spec(spec)
+        if not hasattr(agent, "predict"):
+            raise ValueError(f"agent {agent!r} has no predict(observation) method")
+        return agent
 
     # ------------------------------------------------------------------- rounds
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -446,6 +415,7 @@ class FedSelectStrategy(FedAvg):
     def summary(self) -> None:
         """Log the configuration."""
         log(INFO, "\t├──> fedsel: N=%d, K=%d, agent=%s, aggregator=%s, action_mode=%s, d=%d", self.num_clients,
-            self.k, self.agent_spec if isinstance(self.agent_spec, str) else "callable", self.config["aggregator"],
+            self.k, f"model {self.model[0]}" if self.model else self.agent_spec if isinstance(self.agent_spec, str)
+            else "callable", self.config["aggregator"],
             self.config["action_mode"], self.pca_components)
         super().summary()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fedsel_env  # noqa: F401  (registers the env ids)
-from agents.saved_models import detect_algorithm
+from agents.deploy import detect_algorithm
 from fedsel_env.wrappers import SubsetRepair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,7 +69,8 @@ def test_evaluate_runs_a_plain_sb3_model_with_the_env_given_on_the_command_line(
 
 def test_a_maskable_model_gets_masks_and_never_picks_an_unavailable_client(saved):
     from fedsel_env.env import FedSelectEnv
-    from fedsel_eval.policies import ModelPolicy, build_policy, parse_policy
+    from agents.deploy import ModelPolicy
+    from fedsel_eval.policies import build_policy, parse_policy
 
     config = {"action_mode": "subset", "observation": "dict", "flat_parts": ["weights", "clients", "progress"],
               "system": {"availability": 0.5}}

@@ -81,7 +81,7 @@ def test_bad_run_folder_yaml_names_the_file(tmp_path, case):
     from agents.favor import read_env_config
     from agents.training.cli import parse_args
     from agents.training.runs import resumed_settings
-    from fedsel_eval.policies import resolve_model
+    from agents.deploy import resolve_model
 
     content, match = BAD_YAML[case]
     run = tmp_path / "runs" / "r"

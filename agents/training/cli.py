@@ -12,10 +12,9 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
+from agents.deploy import trainable_algorithms
 from fedsel_env.config import parse_yaml
 from fedsel_env.sim.limits import short
-
-from .algorithms import ALGOS
 
 
 @dataclass
@@ -23,7 +22,7 @@ class Args:
     """The flags of ``train_agent.py`` (``python train_agent.py --help`` lists them)."""
 
     algo: str = field(default="favor", metadata={
-        "help": f"algorithm: {sorted(ALGOS)}, or an SB3 algorithm class's import path package.module:Class"})
+        "help": f"algorithm: {trainable_algorithms()}, or an SB3 algorithm class's import path package.module:Class"})
     env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
     env_kwargs: List[str] = field(default_factory=list, metadata={
         "help": "env-config overrides KEY=VALUE or KEY:VALUE (VALUE read as YAML), e.g. max_rounds=30 "

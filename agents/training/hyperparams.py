@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
 
+from agents.schedules import LinearDecay
 from fedsel_env.config import read_yaml
 
 from .algorithms import algorithm_class
@@ -128,20 +129,6 @@ def model_kwargs(hp: Mapping[str, Any]) -> Dict[str, Any]:
     if isinstance(kwargs.get("train_freq"), list):
         kwargs["train_freq"] = tuple(kwargs["train_freq"])
     return kwargs
-
-
-class LinearDecay:
-    """rl-zoo3's ``lin_<value>``: the value decays linearly to 0 over training. A class, not a lambda, so a
-    saved model pickles it by name and loads through ``agents.saved_models``' restricted unpickler."""
-
-    def __init__(self, initial: float):
-        self.initial = float(initial)
-
-    def __call__(self, progress_remaining: float) -> float:
-        return progress_remaining * self.initial
-
-    def __repr__(self) -> str:
-        return f"LinearDecay({self.initial})"
 
 
 def linear_schedule(initial: float) -> Callable[[float], float]:

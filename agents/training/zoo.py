@@ -31,12 +31,9 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 import fedsel_env  # noqa: F401  (registers the env ids)
-from agents.favor import DoubleDQN
+from agents.deploy import ALGORITHMS, model_class
 
 from .hyperparams import CONFIG_DIR
-
-#: The algorithms this module adds to rl-zoo3 (the same names as ``train_agent.py --algo``).
-ZOO_ALGOS = {"favor": DoubleDQN, "favor+": DoubleDQN}
 #: ``net_arch`` choices of the search space (the Q-network's hidden layers); FAVOR's is "512".
 NET_ARCHS = {"256": [256], "512": [512], "256x256": [256, 256]}
 
@@ -118,10 +115,16 @@ def register() -> None:
     from rl_zoo3 import hyperparams_opt
     from rl_zoo3.utils import ALGOS
 
-    ALGOS.update(ZOO_ALGOS)
-    for algo in (*ZOO_ALGOS, "dqn"):
+    ALGOS.update(zoo_algorithms())
+    for algo in (a.name for a in ALGORITHMS.values() if a.zoo_search):
         hyperparams_opt.HYPERPARAMS_SAMPLER[algo] = sample_fedsel_dqn_params
         hyperparams_opt.HYPERPARAMS_CONVERTER[algo] = convert_fedsel_dqn_params
+
+
+def zoo_algorithms() -> Dict[str, type]:
+    """The algorithms this module adds to rl-zoo3's ``ALGOS`` (the same names as ``train_agent.py --algo``): the
+    table's entries with FedSelect's search space whose class is this package's (rl-zoo3 knows SB3's own)."""
+    return {a.name: model_class(a.name) for a in ALGORITHMS.values() if a.zoo_search and a.cls.startswith("agents.")}
 
 
 def with_default_conf(argv: Sequence[str]) -> List[str]:

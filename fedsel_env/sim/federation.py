@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from .adversary import Adversary, HonestClients, Upload
-from .aggregators import ClientUpdates, make_aggregator
+from .aggregators import Aggregator, ClientUpdates
 from .aggregators.base import checked_aggregate
-from .device import gradient_chunk, resolve_device, training_chunk, use_deterministic
+from .device import gradient_chunk, training_chunk, use_deterministic
 from .models import init_params
 from .parallel import ParallelTrainer, WorkerPool
 from .system import SystemModel
@@ -148,23 +148,26 @@ class Federation:
     :param pool: worker processes to share the training and evaluation with (``fedsel_env/sim/parallel.py``);
         ``None``: all of it in this process.
     :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate.
+    :param aggregator: the aggregation backend of the config (``aggregator``, ``aggregator_params``), built once
+        by the env; its ``reset`` starts each episode.
+    :param device: the config's ``device``, resolved once by the env (``fedsel_env/sim/device.py``).
 
-    On the config's ``device`` (``fedsel_env/sim/device.py``) live the data (uploaded here, once per
+    On that device live the data (uploaded here, once per
     federation), the global and local models, the training, aggregation, evaluation and loss passes;
     what a server receives comes to the host: the clients' losses, the evaluation's numbers.
     """
 
     def __init__(self, cfg: Dict, data, model: torch.nn.Module, pool: Optional[WorkerPool] = None,
-                 server_step: float = 1.0) -> None:
+                 server_step: float = 1.0, *, aggregator: Aggregator, device: torch.device) -> None:
         if not 0.0 < server_step <= 1.0:
             raise ValueError(f"server_step = {server_step!r}: expected a number in (0, 1]")
-        self.cfg, self.data, self.model = cfg, data, model
+        self.cfg, self.data, self.model, self.aggregator = cfg, data, model, aggregator
         self.server_step = float(server_step)
         self.n = len(data.train_offsets) - 1
         # A batch larger than the largest client is that client's whole data: capping B changes no
         # result and keeps the (steps, K, B) minibatch plan from allocating B rows per client.
         batch_size = min(int(cfg["batch_size"]), max(int(np.diff(data.train_offsets).max()), 1))
-        self.device = dev = resolve_device(cfg.get("device", "cpu"), cfg["workers"], cfg.get("model"))
+        self.device = dev = device
         use_deterministic(dev)
         # on the CPU .to() returns the same tensors (the worker pool shares them); on a GPU, one upload
         self.x_test, self.y_test = data.x_test.to(dev), data.y_test.to(dev)
@@ -197,7 +200,6 @@ class Federation:
         """
         cfg, n = self.cfg, self.n
         self.train_seed = int(seeds.training)
-        self.aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
         self.system = SystemModel(cfg["system"], n, 4 * self.layout.size, np.random.default_rng([seeds.federation, 2]),
                                   draws=np.random.default_rng(int(seeds.system)))
         self.adversary: HonestClients = Adversary(cfg["adversary"], n, seeds.federation, seeds.system,
