@@ -13,8 +13,8 @@ step, and :func:`run`, which does them all in order:
    policy is a fresh object with SB3's ``predict`` and its own generator seeded from ``s``
    (:func:`agent_seed`), so all policies see the same partitions, model initialisations and system
    draws for the same seed (common random numbers) and a re-run gives the same numbers bit for bit.
-   Hand-written agents and trained models go through the same loop, in this process, in
-   ``workers`` worker processes or as Ray tasks (:mod:`.ray_executor`; the records are the same).
+   Hand-written agents and trained models go through the same loop (:mod:`.executors`), in this process,
+   in ``workers`` worker processes or as Ray tasks (:mod:`.ray_executor`; the records are the same).
 3. **Run folder** (:mod:`.run_folder`): ``config.json`` (the resolved evaluation, compared on
    ``--resume``), ``episodes.jsonl`` (one line per finished episode, appended and fsync'ed as it
    finishes), the tables (``summary.md``, ``main_table.csv``, ``fairness_table.csv``, ``episodes.csv``,
@@ -35,7 +35,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from agents.training.atomic import lock_run_folder
 
-from .episodes import evaluate_task, run_episode, run_plan
+from .episodes import evaluate_task, run_episode
+from .executors import run_plan
 from .params import parse_params, split_items
 from .plan import (EVAL_CONFIG_KEYS, BackendSpec, EpisodeTask, EvalPlan, episode_key, load_eval_config, make_plan,
                    parse_backend)

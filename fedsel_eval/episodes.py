@@ -1,33 +1,29 @@
-"""Running an evaluation's episodes: one policy for one episode, in this process or in worker processes.
+"""An evaluation's episode: one policy for one episode, the unit of work of every executor.
 
 Owns :func:`run_episode` (a policy acts from ``env.reset(seed=s)`` to the end; the record holds
-docs/SPEC.md §5's metrics, the per-round curves and the per-client arrays), one env per config kept in
-each process, the unit of work of a worker (:func:`evaluate_task`), the worker processes
-(forkserver or spawn, ``torch_threads`` each; they end when the evaluating process ends, however it
-ends), and :func:`run_plan`, which runs what a run folder lacks on one of three executors (this
-process, worker processes, Ray tasks: :mod:`.ray_executor`) and appends each record as it finishes.
-The records are the same whichever executor ran them.
+docs/SPEC.md §5's metrics, the per-round curves and the per-client arrays) and its loop as a generator
+(:func:`episode_steps`, which the vector env's executor drives), one env per config kept in each process
+(:func:`keep_env`), and the unit of work of a worker (:func:`evaluate_task`). The executors that run
+them — this process, worker processes, Ray tasks, the vector env — are :mod:`.executors`,
+:mod:`.ray_executor` and :mod:`.vector_episodes`; they import this module, never the reverse.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
 from fedsel_env import metrics
 from fedsel_env.env import FedSelectEnv
-from fedsel_env.sim import lifeline
 
 from .policies import agent_seed, build_policy
-from .ray_executor import check_address as check_ray_address
-from .run_folder import RunFolder, jsonable
+from .run_folder import jsonable
 
 if TYPE_CHECKING:
-    from .plan import EpisodeTask, EvalPlan
+    from .plan import EpisodeTask
 
 
 def run_episode(env: Any, policy: Any, seed: int, make_policy: Optional[Callable[[Any], Any]] = None) -> Dict[str, Any]:
@@ -157,119 +153,4 @@ def task_record(task: EpisodeTask, record: Mapping[str, Any]) -> Dict[str, Any]:
     return jsonable({**head, **record})
 
 
-def _worker_context(plan: EvalPlan) -> Any:
-    """Worker processes never fork this (possibly multi-threaded) process: ``forkserver`` where the
-    platform has it — a clean server process imports the simulator once and forks each worker from
-    it, so workers start in a fraction of a spawn's time — else ``spawn``."""
-    import multiprocessing as mp
-
-    if "forkserver" not in mp.get_all_start_methods():
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["fedsel_eval", "fedsel_env.env", "agents"])  # agents: every agent and deployment
-    return ctx
-
-
-def _init_worker(torch_threads: int, evaluator_pid: int) -> None:
-    # A worker's parent is the forkserver, which lives as long as any worker holds its pipe: when the
-    # evaluating process is killed (SIGKILL, SIGTERM) nothing would end the pool, the forkserver and the
-    # resource tracker. Each worker watches the evaluating process and ends itself when it is gone; the
-    # forkserver and the resource tracker then see their last client leave and end too.
-    lifeline.watch(evaluator_pid)
-    os.environ["OMP_NUM_THREADS"] = str(torch_threads)
-    import torch
-
-    torch.set_num_threads(torch_threads)
-
-
-def _in_this_process(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,
-                     starting: Callable[[EpisodeTask], Any]) -> Iterator[Dict[str, Any]]:
-    """The executor of ``workers = 1``: each task in this process, in order (``starting`` is told which)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(torch_threads)
-    try:
-        for t in todo:
-            starting(t)
-            yield evaluate_task(t, plan.env_config_for(t.backend))
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _worker_processes(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,
-                      workers: int) -> Iterator[Dict[str, Any]]:
-    """The executor of ``workers > 1``: a pool of worker processes; records in completion order.
-    Closing the generator cancels what has not started."""
-    if not todo:
-        return
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=_worker_context(plan),
-                             initializer=_init_worker, initargs=(torch_threads, os.getpid())) as pool:
-        futures = [pool.submit(evaluate_task, t, plan.env_config_for(t.backend)) for t in todo]
-        try:
-            for fut in as_completed(futures):
-                yield fut.result()
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-
-
-def run_plan(plan: EvalPlan, run: RunFolder, workers: int = 1, progress: bool = True,
-             torch_threads: int = 1, ray: Optional[str] = None, n_envs: int = 1) -> List[Dict[str, Any]]:
-    """Run every episode of ``plan`` not yet in ``run``'s ``episodes.jsonl``, appending each as it finishes.
-
-    The episodes run on one of four executors — this process one episode at a time, this process several
-    at once through the vector env, worker processes, Ray tasks — each a generator of records; this process alone appends them to the run folder, so the folder and its
-    resume work the same whichever ran them.
-
-    :param workers: 1 = in this process; more = that many worker processes (:func:`_worker_context`).
-    :param progress: show a tqdm bar over the episodes with the current policy and seed.
-    :param torch_threads: torch threads per process (1 keeps runs identical across executors).
-    :param ray: run the episodes as Ray tasks: ``"local"`` (start Ray here), ``"auto"`` or a cluster
-        address (:mod:`fedsel_eval.ray_executor`); excludes ``workers`` > 1.
-    :param n_envs: in this process, play up to this many episodes at once through the vector env
-        (:mod:`fedsel_eval.vector_episodes`; the records are the same); excludes ``workers`` > 1 and ``ray``.
-    :return: all the plan's records (earlier and new), in plan order.
-    """
-    from tqdm.auto import tqdm
-
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers = {workers!r} is invalid: expected an integer >= 1")
-    from .vector_episodes import check_n_envs, vector_records
-
-    check_ray_address(ray, workers)
-    check_n_envs(n_envs, workers, ray)
-    done = {r["key"]: r for r in run.read_episodes()}
-    tasks = plan.tasks()
-    todo = [t for t in tasks if t.key not in done]
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(todo), unit="episode", desc="evaluating",
-               disable=not progress, dynamic_ncols=True)
-    if ray is not None:
-        from .ray_executor import ray_episodes
-
-        records = ray_episodes(plan, todo, torch_threads, ray)
-    elif workers > 1:
-        records = _worker_processes(plan, todo, torch_threads, workers)
-    elif n_envs > 1:
-        records = vector_records(plan, todo, torch_threads, n_envs)
-    else:  # in this process the bar names the episode being run
-        records = _in_this_process(plan, todo, torch_threads,
-                                   lambda t: bar.set_postfix_str(f"{t.policy.label} / {t.backend.label} seed {t.seed}"))
-    try:
-        for record in records:
-            run.append_episode(record)
-            done[record["key"]] = record
-            if workers > 1 or ray is not None or n_envs > 1:
-                bar.set_postfix_str(f"finished {record['policy']} / {record['backend']} seed {record['seed']}",
-                                    refresh=False)
-            bar.update(1)
-    finally:
-        records.close()  # an interruption cancels the episodes not yet run
-        bar.close()
-    return [done[t.key] for t in tasks]
-
-
-__all__ = ["episode_steps", "evaluate_task", "keep_env", "run_episode", "run_plan", "task_policy", "task_record"]
+__all__ = ["episode_steps", "evaluate_task", "keep_env", "run_episode", "task_policy", "task_record"]

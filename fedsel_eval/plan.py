@@ -5,7 +5,9 @@ Owns reading an eval config file (``--config``: :data:`EVAL_CONFIG_KEYS`), the b
 backend × seed) and :func:`make_plan`, which checks every input before any episode runs: the
 ``--env`` (read by :func:`fedsel_env.config.resolve_env`), overrides, seeds, backends and policies
 (agents built once, saved models checked against the env; the env takes the PCA size the models
-were trained with). Bad input raises ``ValueError`` naming what was wrong and what fits.
+were trained with). Bad input raises ``ValueError`` naming what was wrong and what fits. The env the
+plan is checked in (:attr:`EvalPlan.probe`, the first backend's) serves that backend's episodes in this
+process (``fedsel_eval.executors``).
 """
 from __future__ import annotations
 
@@ -17,11 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import agents
-from fedsel_env.sim.aggregators import AGGREGATORS, make_aggregator
 from fedsel_env.config import make_config, read_yaml, resolve_env
 from fedsel_env.env import FedSelectEnv
+from fedsel_env.sim.aggregators import AGGREGATORS, aggregator_factory, make_aggregator
 
-from .episodes import keep_env
 from .params import label as _label
 from .params import parse_params
 from .policies import PolicySpec, check_model_fits, hand_written_agents, parse_policy
@@ -39,21 +40,27 @@ class BackendSpec:
 
 def parse_backend(text: str, extra_params: Optional[Mapping[str, Any]] = None) -> BackendSpec:
     """Read an ``--aggregator`` value ``NAME[:KEY=VALUE,...]`` (``qfedavg:q=1``; NAME may be an import path,
-    ``my_pkg.aggs:Median:k=2``) and build it once to check it.
+    ``my_pkg.aggs:Median:k=2``), its parameters' names checked (:func:`make_plan` has their values checked
+    by the backend itself before any episode runs: :func:`check_backend`).
 
     :param extra_params: more parameters (``--aggregator-param``), merged over those in ``text``.
-    :raises ValueError: for an unknown backend (listing the registered ones) or a bad parameter.
+    :raises ValueError: for an unknown backend (listing the registered ones) or an unknown parameter.
     """
     name, params_text = AGGREGATORS.split(text)
     params = parse_params(params_text, f"aggregator {name!r}")
     params.update(extra_params or {})
-    AGGREGATORS.lookup(name)  # unknown name: lists the registered backends
-    try:
-        make_aggregator(name, params)
-    except TypeError as e:
-        raise ValueError(f"bad parameters {sorted(params)} for aggregator {name!r}: {e}") from None
+    aggregator_factory(name, params)  # unknown name: lists the registered backends; unknown parameter names
     shown = ",".join(f"{k}={v}" for k, v in params.items())
     return BackendSpec(label=_label(name, shown), name=name, params=params)
+
+
+def check_backend(backend: BackendSpec) -> None:
+    """Have the backend check its parameters' values (its constructor does), for a backend that no env of this
+    process builds before its episodes run. :raises ValueError: naming the bad value."""
+    try:
+        make_aggregator(backend.name, backend.params)
+    except TypeError as e:
+        raise ValueError(f"bad parameters {sorted(backend.params)} for aggregator {backend.name!r}: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class EvalPlan:
         are those of the first backend — each backend's episodes use :meth:`env_config_for`).
     :param env_name: the ``--env`` it came from (for titles).
     :param notes: remarks for the user (skipped agents, models trained on another federation).
+    :param probe: the env the plan was checked in, of the first backend's config (not part of the record).
     """
 
     env_config: Dict[str, Any]
@@ -91,6 +99,7 @@ class EvalPlan:
     seeds: List[int]
     env_name: str = "default"
     notes: List[str] = field(default_factory=list)
+    probe: Any = field(default=None, repr=False, compare=False)
 
     def env_config_for(self, backend: BackendSpec) -> Dict[str, Any]:
         """The env config of ``backend``'s episodes."""
@@ -195,11 +204,14 @@ def make_plan(env: Union[str, Mapping[str, Any]] = "default", policies: Sequence
         backends = [parse_backend(a, extra) for a in aggregators]
     _unique([b.label for b in backends], "--aggregator")
 
-    probe = FedSelectEnv(config=json.loads(json.dumps(jsonable(cfg))))
-    spec = probe.selection_spec
-    keep_env(cfg, probe)  # the first backend's episodes reuse it
     name = env_name or (env if isinstance(env, str) else "custom")
     plan = EvalPlan(env_config=cfg, policies=[], backends=backends, seeds=seeds, env_name=name)
+    # the first backend is built (and its parameters checked) by the env the plan is checked in, which serves
+    # its episodes in this process; the others check theirs now, before any episode runs
+    plan.probe = probe = FedSelectEnv(config=plan.env_config_for(backends[0]))
+    for b in backends[1:]:
+        check_backend(b)
+    spec = probe.selection_spec
     plan.notes += adopted
     for text in (list(policies) or ["all"]):
         if text.strip() == "all":
@@ -259,5 +271,5 @@ def _unique(labels: Sequence[str], what: str, hint: str = "") -> None:
         raise ValueError(f"{what}: {dup} given more than once" + (f"; {hint}" if hint else ""))
 
 
-__all__ = ["EVAL_CONFIG_KEYS", "BackendSpec", "EpisodeTask", "EvalPlan", "episode_key", "load_eval_config",
-           "make_plan", "parse_backend"]
+__all__ = ["EVAL_CONFIG_KEYS", "BackendSpec", "EpisodeTask", "EvalPlan", "check_backend", "episode_key",
+           "load_eval_config", "make_plan", "parse_backend"]

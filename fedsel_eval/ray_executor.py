@@ -1,6 +1,6 @@
 """Episodes as Ray tasks, on a local Ray or an existing cluster (``evaluate.py --ray [ADDRESS]``).
 
-One more executor behind :func:`fedsel_eval.episodes.run_plan`: each task runs
+One more executor behind :func:`fedsel_eval.executors.run_plan`: each task runs
 :func:`~fedsel_eval.episodes.evaluate_task` — the unit of work of the process-pool workers — in a Ray
 worker on ``torch_threads`` torch threads (one CPU of the cluster each by default), and yields the
 records as they finish; the driver appends them to the run folder, so ``episodes.jsonl`` is written by

@@ -10,7 +10,7 @@ for the same seed: a sub-env's trajectory is the single env's bit for bit (``tes
 and the policies see the same observations (``tests/test_vector_episodes.py``). Only ``wall_time_s``
 differs: an episode's wall time then includes its neighbours' work in the same calls.
 
-:func:`vector_records` is :func:`~fedsel_eval.episodes.run_plan`'s executor for ``n_envs`` > 1; the bench
+:func:`vector_records` is :func:`~fedsel_eval.executors.run_plan`'s executor for ``n_envs`` > 1; the bench
 suite (``fedsel_eval/bench.py``) calls :func:`play` directly.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def play(env_config: Mapping[str, Any], jobs: Sequence[EpisodeJob], n_envs: int,
 
 def vector_records(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,
                    n_envs: int) -> Iterator[Dict[str, Any]]:
-    """:func:`~fedsel_eval.episodes.run_plan`'s executor for ``n_envs`` > 1: each backend's episodes through a
+    """:func:`~fedsel_eval.executors.run_plan`'s executor for ``n_envs`` > 1: each backend's episodes through a
     vector env of its config, seed by seed (the policies of one seed play side by side, on one federation's
     data built once); records in completion order."""
     import torch

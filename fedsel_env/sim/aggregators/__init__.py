@@ -9,7 +9,7 @@ with ``@AGGREGATORS.register("name")`` and selects it by the env config's
 from __future__ import annotations
 
 from .base import Aggregator, ClientUpdates
-from .registry import AGGREGATORS, make_aggregator
+from .registry import AGGREGATORS, aggregator_factory, make_aggregator
 
 # Importing the modules registers the built-in backends (each with .registry's decorator).
 from . import fedavg  # noqa: F401
@@ -18,4 +18,4 @@ from . import qfedsgd  # noqa: F401
 from . import fedmgda_plus  # noqa: F401
 from . import fedprox  # noqa: F401
 
-__all__ = ["AGGREGATORS", "Aggregator", "ClientUpdates", "make_aggregator"]
+__all__ = ["AGGREGATORS", "Aggregator", "ClientUpdates", "aggregator_factory", "make_aggregator"]

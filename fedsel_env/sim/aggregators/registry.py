@@ -20,17 +20,25 @@ AGGREGATORS: Registry = Registry("aggregator", check=has_methods(
     fix="subclass fedsel_env.sim.aggregators.Aggregator and implement aggregate(updates) -> Tensor (P,)"))
 
 
+def aggregator_factory(name: str, params: Dict[str, Any] | None = None) -> Any:
+    """The class registered as ``name`` (or named by its import path), its parameters' names checked against
+    its signature; nothing is built (the values are the aggregator's to check when it is).
+
+    :raises ValueError: for an unknown name or an unknown parameter name.
+    """
+    factory = AGGREGATORS.lookup(name)
+    sig = inspect.signature(factory)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        allowed = [p for p in sig.parameters if p != "self"]
+        unknown = sorted(set(params or {}) - set(allowed))
+        if unknown:
+            raise ValueError(f"unknown aggregator parameter(s) {unknown} for {name!r}; allowed: {sorted(allowed)}")
+    return factory
+
+
 def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
     """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator).
 
     :raises ValueError: for an unknown name, an unknown parameter name, or a bad value.
     """
-    factory = AGGREGATORS.lookup(name)
-    params = dict(params or {})
-    sig = inspect.signature(factory)
-    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        allowed = [p for p in sig.parameters if p != "self"]
-        unknown = sorted(set(params) - set(allowed))
-        if unknown:
-            raise ValueError(f"unknown aggregator parameter(s) {unknown} for {name!r}; allowed: {sorted(allowed)}")
-    return factory(**params)
+    return aggregator_factory(name, params)(**dict(params or {}))
