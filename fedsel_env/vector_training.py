@@ -1,7 +1,12 @@
-"""Local training of many federations' clients in one call (issue #27), for :mod:`fedsel_env.vector`.
+"""Local training and forward passes of many federations in one call (issue #27), for :mod:`fedsel_env.vector`.
 
 Each sub-env's round yields a :class:`~fedsel_env.sim.federation.TrainRequest` (its global model, its
-responders, their minibatch generators). :func:`train_requests` answers a list of them:
+responders, their minibatch generators), and its loss and evaluation passes as
+:class:`~fedsel_env.sim.federation.LossRequest` and :class:`~fedsel_env.sim.federation.EvalRequest`.
+:func:`drive` advances the sub-envs' generators and answers their requests together (:func:`answer`): the
+passes first, so that the training waits until every sub-env has reached its own, then the training.
+
+:func:`train_requests` answers the training requests:
 
 - requests whose models are ReLU MLPs (``mlp``, ``logreg``: :func:`~fedsel_env.sim.fused_sgd.fused_net`)
   with the same layers, learning rate, momentum, batch size, epochs, FedProx μ and device are trained
@@ -16,17 +21,25 @@ responders, their minibatch generators). :func:`train_requests` answers a list o
 A client's result does not depend on the clients beside it in a ``bmm`` batch, and the fused path is the
 vmapped graph's (and the closed-form ``logreg`` path's) ATen ops in the same order, so each sub-env's
 local models are bit for bit those of the single env (``tests/test_vector_env.py``).
+
+:func:`forward_requests` answers the passes: those of ReLU MLPs over the same number of rows are run as one
+batched forward (``baddbmm`` over the stacked models, pass by pass as
+:meth:`~fedsel_env.sim.training.BatchedTrainer.per_sample_losses` cuts the rows), then each request's own
+reduction. On the CPU ``baddbmm`` computes each model's product with the kernel ``F.linear`` uses (below 400
+multiply-adds a product it has a loop of its own: such passes run one by one), so the results are the single
+env's bit for bit; the first batched pass of each shape is checked against the single pass of its first
+request, and a shape whose results differ (another BLAS, another device) runs one by one from then on.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .sim.federation import TrainRequest
+from .sim.federation import LossRequest, TrainRequest
 from .sim.fused_sgd import train_fused
-from .sim.training import BatchedTrainer
+from .sim.training import BatchedTrainer, cross_entropy_and_correct
 
 #: the most bytes of gathered client rows one fused call holds (the rest is trained in further calls)
 CHUNK_BYTES = 256 * 2**20
@@ -34,6 +47,14 @@ CHUNK_BYTES = 256 * 2**20
 #: trains: past the caches a bigger batch is slower, not faster (the FMNIST MLP's 50,890 parameters at
 #: E = 64: 0.7× one env after another in one call of all clients, issue #27)
 CPU_PARAM_BYTES = 8 * 2**20
+#: the most bytes of stacked input rows one batched forward pass holds
+FORWARD_BYTES = 64 * 2**20
+#: batch the passes on the CPU too: there they measured level with one by one (the default preset at E = 64,
+#: 370-384 against 364-377 steps/s, load 4.5): each pass's cost is its own gathers and reductions, and the
+#: products run the same kernel either way. On a GPU a batch saves each pass's kernel launches and syncs.
+PASSES_ON_CPU = False
+#: shape of a batched forward pass -> whether it gave the single passes' results bit for bit (checked once)
+_EXACT: Dict[tuple, bool] = {}
 
 
 def _key(request: TrainRequest):
@@ -140,31 +161,127 @@ def _train_together(reqs: List[TrainRequest], out: List[torch.Tensor], slots: Li
         out[slot] = part
 
 
-def drive(steps: Dict[int, object]) -> Dict[int, object]:
-    """Run generators that yield ``TrainRequest`` objects in lockstep; {key: each one's return value}.
+def answer(requests: Sequence[object]) -> List[object]:
+    """Each request's answer, in order: training requests by :func:`train_requests`, loss and evaluation passes
+    by :func:`forward_requests`."""
+    out: List[object] = [None] * len(requests)
+    train = [i for i, r in enumerate(requests) if isinstance(r, TrainRequest)]
+    passes = [i for i, r in enumerate(requests) if not isinstance(r, TrainRequest)]
+    for group, solve in ((train, train_requests), (passes, forward_requests)):
+        if group:
+            for i, a in zip(group, solve([requests[i] for i in group])):
+                out[i] = a
+    return out
 
-    Each round of the loop advances every generator to its next request, trains all the requests with
-    :func:`train_requests`, and sends each its local models back.
+
+def forward_requests(requests: Sequence[object]) -> List[object]:
+    """The answers of loss and evaluation passes, in order; passes of one shape batched (module docstring)."""
+    out: List[object] = [None] * len(requests)
+    groups: Dict[tuple, List[tuple]] = {}
+    for i, r in enumerate(requests):
+        inputs = _forward_inputs(r)
+        if inputs is None:
+            out[i] = r.run()
+        else:
+            key, x, y, ids = inputs
+            groups.setdefault(key, []).append((i, x, y, ids))
+    for key, members in groups.items():
+        per = members[0][1].numel() * members[0][1].element_size()
+        most = max(1, FORWARD_BYTES // max(per, 1))
+        for s in range(0, len(members), most):
+            chunk = members[s:s + most]
+            reqs = [requests[i] for i, *_ in chunk]
+            results = _forward_together(key, reqs, [m[1] for m in chunk], [m[2] for m in chunk]) \
+                if len(chunk) > 1 else None
+            if results is not None and chunk[0][3] is not None:  # loss passes: to the host in one copy
+                host = torch.stack([loss for loss, _ in results]).cpu()
+                results = [(host[j], None) for j in range(len(results))]
+            for j, ((i, x, y, ids), r) in enumerate(zip(chunk, reqs)):
+                loss, correct = results[j] if results is not None else r.trainer.per_sample_losses(r.flat, x, y)
+                out[i] = r.trainer.client_loss_summary(loss, ids) if ids is not None else (loss, correct)
+    return out
+
+
+def _forward_inputs(request: object):
+    """(shape key, rows, labels, client ids or None) of a pass that may be batched; None: run it alone."""
+    t = request.trainer
+    if type(t) is not BatchedTrainer or t.net is None or (t.device.type == "cpu" and not PASSES_ON_CPU):
+        return None
+    ids = None
+    if isinstance(request, LossRequest):
+        ids = np.asarray(list(request.clients), dtype=np.int64)
+        if ids.size == 0:
+            return None
+        rows = t.client_rows(ids)
+        x, y = t.x[rows], t.y[rows]
+    else:
+        x, y = request.x, request.y
+    if x.shape[0] == 0:
+        return None
+    return (t.net, t.layout.size, str(x.device), x.dtype, tuple(x.shape), ids is None), x, y, ids
+
+
+@torch.no_grad()
+def _forward_together(key: tuple, reqs: List[object], xs: List[torch.Tensor],
+                      ys: List[torch.Tensor]) -> Optional[List[tuple]]:
+    """Per-sample losses and correctness of each request's model on its rows, as one batched forward a pass;
+    None when the shape runs one by one (a tiny product, or results that differed from the single pass)."""
+    t0: BatchedTrainer = reqs[0].trainer
+    net, n, rows_per_pass = t0.net, xs[0].shape[0], t0.rows_per_pass(xs[0])
+    params = [r.trainer.layout.unflatten(r.flat) for r in reqs]
+    layers = [(torch.stack([p[w] for p in params]),
+               None if b is None else torch.stack([p[b] for p in params]).unsqueeze(1)) for w, b in net.layers]
+    if any(w.shape[1] * w.shape[2] * min(rows_per_pass, n - s) < 400
+           for w, _ in layers for s in range(0, n, rows_per_pass)) or _EXACT.get(key) is False:
+        return None
+    losses, correct = [], []
+    for s in range(0, n, rows_per_pass):
+        m = min(rows_per_pass, n - s)
+        h = torch.stack([x[s:s + m].reshape(m, net.in_features) for x in xs])
+        for i, (w, b) in enumerate(layers):
+            if i:
+                h = torch.relu(h)
+            h = torch.bmm(h, w.transpose(1, 2)) if b is None else torch.baddbmm(b, h, w.transpose(1, 2))
+        loss, right = cross_entropy_and_correct(h, torch.stack([y[s:s + m] for y in ys]))
+        losses.append(loss)
+        correct.append(right)
+    out = [(torch.cat([l[g] for l in losses]), torch.cat([c[g] for c in correct])) for g in range(len(reqs))]
+    if key not in _EXACT:  # the first batch of this shape: checked against the single pass
+        single = t0.per_sample_losses(reqs[0].flat, xs[0], ys[0])
+        _EXACT[key] = all(torch.equal(a, b) for a, b in zip(single, out[0]))
+        if not _EXACT[key]:
+            return None
+    return out
+
+
+def drive(steps: Dict[int, object]) -> Dict[int, object]:
+    """Run generators that yield requests (training, loss and evaluation passes) together; {key: each one's
+    return value}.
+
+    Each turn advances the generators whose last request was answered, then answers the waiting requests
+    with :func:`answer`: the loss and evaluation passes while there are any, else the training requests —
+    so a training request waits until every generator has reached its own, and one fused call trains them.
     """
     results: Dict[int, object] = {}
-    pending: Dict[int, Tuple[object, TrainRequest]] = {}
-    answers: Dict[int, torch.Tensor] = {}
-    live = dict(steps)
-    while live:
-        pending.clear()
-        for key, gen in live.items():
+    waiting: Dict[int, object] = {}
+    advance: Dict[int, object] = {key: _START for key in steps}
+    while advance:
+        for key, value in advance.items():
+            gen = steps[key]
             try:
-                request = gen.send(answers[key]) if key in answers else next(gen)
+                waiting[key] = next(gen) if value is _START else gen.send(value)
             except StopIteration as done:
                 results[key] = done.value
-                continue
-            pending[key] = (gen, request)
-        live = {k: g for k, (g, _) in pending.items()}
-        if pending:
-            keys = list(pending)
-            trained = train_requests([pending[k][1] for k in keys])
-            answers = dict(zip(keys, trained))
+        advance = {}
+        if waiting:
+            now = [k for k, r in waiting.items() if not isinstance(r, TrainRequest)] or list(waiting)
+            for k, a in zip(now, answer([waiting[k] for k in now])):
+                del waiting[k]
+                advance[k] = a
     return results
 
 
-__all__ = ["CHUNK_BYTES", "drive", "train_requests"]
+_START = object()  # what drive sends a generator first (it is advanced with next())
+
+
+__all__ = ["CHUNK_BYTES", "FORWARD_BYTES", "answer", "drive", "forward_requests", "train_requests"]

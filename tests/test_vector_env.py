@@ -199,3 +199,35 @@ def test_chunked_training_changes_nothing(monkeypatch):
     for c in configs:
         c.pop("preset")
     _check_against_single(configs, "synthetic", steps=4)
+
+
+@pytest.mark.parametrize("preset,cfg", [("default", {"system": {"availability": 1.0}}),
+                                        ("tiny", {"num_clients": 12, "samples_per_client": 60})])
+def test_batched_loss_and_evaluation_passes_change_nothing(monkeypatch, preset, cfg):
+    """The loss and evaluation passes of all sub-envs as batched forwards (on by default on a GPU only; forced on
+    here): the same trajectories bit for bit, and the passes really were batched and checked."""
+    import fedsel_env.vector_training as vector_training
+
+    monkeypatch.setattr(vector_training, "PASSES_ON_CPU", True)
+    monkeypatch.setattr(vector_training, "_EXACT", {})
+    batched = []
+    together = vector_training._forward_together
+    monkeypatch.setattr(vector_training, "_forward_together",
+                        lambda key, reqs, *a: batched.append(len(reqs)) or together(key, reqs, *a))
+    _check_against_single([dict(cfg)] * 4, preset, steps=4)
+    assert batched and max(batched) == 4 and vector_training._EXACT and all(vector_training._EXACT.values())
+
+
+def test_batched_passes_whose_results_differ_run_one_by_one(monkeypatch):
+    """A batched product that rounds differently from the single one (another BLAS, another device): the first
+    check finds it, that shape runs one by one from then on, and the trajectories stay the single env's."""
+    import torch
+
+    import fedsel_env.vector_training as vector_training
+
+    monkeypatch.setattr(vector_training, "PASSES_ON_CPU", True)
+    monkeypatch.setattr(vector_training, "_EXACT", {})
+    baddbmm = torch.baddbmm
+    monkeypatch.setattr(torch, "baddbmm", lambda *a, **k: baddbmm(*a, **k) * (1 + 2**-20))
+    _check_against_single([{"system": {"availability": 1.0}}] * 3, "default", steps=3)
+    assert vector_training._EXACT and not any(vector_training._EXACT.values())

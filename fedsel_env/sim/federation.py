@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Generator, Optional
+from typing import Callable, Dict, Generator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -79,6 +79,34 @@ class TrainRequest:
                                   epochs=self.epochs)
 
 
+@dataclass
+class LossRequest:
+    """A loss pass a round needs: ``trainer.client_losses(flat, clients)``, F_k and the rms loss of one model on
+    each listed client's training data. Yielded like :class:`TrainRequest` (the vector env batches the passes
+    of many federations: ``fedsel_env/vector_training.py``)."""
+
+    trainer: object
+    flat: torch.Tensor
+    clients: Sequence[int]
+
+    def run(self) -> tuple:
+        return self.trainer.client_losses(self.flat, self.clients)
+
+
+@dataclass
+class EvalRequest:
+    """An evaluation pass: ``trainer.per_sample_losses(flat, x, y)``, one model's per-sample cross-entropy and
+    correctness on the rows ``x``, ``y`` (the federation's test data). Yielded like :class:`TrainRequest`."""
+
+    trainer: object
+    flat: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def run(self) -> tuple:
+        return self.trainer.per_sample_losses(self.flat, self.x, self.y)
+
+
 def inline(steps_method: Callable) -> Callable:
     """The method that runs generator method ``steps_method`` to its end with :func:`run_inline`."""
     @functools.wraps(steps_method)
@@ -88,7 +116,8 @@ def inline(steps_method: Callable) -> Callable:
 
 
 def run_inline(steps: Generator):
-    """Drive a generator of :class:`TrainRequest` objects, each answered by its own trainer; its return value."""
+    """Drive a generator of requests (:class:`TrainRequest`, :class:`LossRequest`, :class:`EvalRequest`), each
+    answered by its own trainer; its return value."""
     try:
         request = next(steps)
         while True:
@@ -214,13 +243,13 @@ class Federation:
         profiling = [np.random.default_rng([int(seeds.profiling), 0, int(c)]) for c in clients]
         local = yield TrainRequest(self.trainer, w0, clients, profiling, epochs=1,
                                    prox_mu=self.aggregator.local_options().get("prox_mu", 0.0))
-        losses, rms = self.global_losses(clients)
+        losses, rms = yield from self.global_losses_steps(clients)
         sent = self.adversary.messages(clients, w0, Upload(losses, rms, local_models=local))
         tau = self.system.exchange_times(clients)
         self.system.took_part_last[:] = True  # everyone took part in the profiling round
         return RoundReport(0, clients, clients, sent.local_models, sent.losses, sent.loss_rms,
                            self.num_samples.copy(), tau, float(tau.max()), 0.0, w0.clone(),
-                           evaluation=self.evaluate(w0))
+                           evaluation=(yield from self.evaluate_steps(w0)))
 
     def open_round(self) -> RoundOpening:
         """Open the coming round: draw every client's availability, context and exchange-time noise."""
@@ -234,7 +263,8 @@ class Federation:
     def round_steps(self, selected: np.ndarray, evaluate: bool = True) -> Generator[TrainRequest, torch.Tensor,
                                                                                      RoundReport]:
         """:meth:`play_round` as a generator: it yields the round's local training (if any) as a
-        :class:`TrainRequest` and is sent the local models back."""
+        :class:`TrainRequest` and is sent the local models back, and its loss and evaluation passes as
+        :class:`LossRequest` and :class:`EvalRequest` (sent their results)."""
         round_index, self.round = self.round, self.round + 1
         candidates = np.asarray([c for c in selected if self.system.available[c]], dtype=np.int64)
         arrived = self.adversary.arrivals(candidates, self.system)
@@ -243,7 +273,7 @@ class Federation:
         diverged, improved = False, float("nan")
         sent = Upload(np.zeros(0), np.zeros(0))
         if responders.size:
-            losses, rms = self.global_losses(responders)
+            losses, rms = yield from self.global_losses_steps(responders)
             opts = self.aggregator.local_options()
             if self.aggregator.client_update == "full_gradient":
                 honest = Upload(losses, rms, gradients=self.trainer.full_gradients(w_t, responders))
@@ -261,7 +291,7 @@ class Federation:
                 lr=float(self.trainer.lr), round=round_index))
             if self.server_step != 1.0:
                 w_next = w_t + self.server_step * (w_next - w_t)
-            diverged, improved = self._apply(w_next, responders, losses)
+            diverged, improved = yield from self._apply_steps(w_next, responders, losses)
         round_time = self.system.finish_round(responders, round_time=arrived.round_time,
                                               took_part=arrived.took_part)
         report = RoundReport(round_index + 1, np.asarray(selected, dtype=np.int64), responders,
@@ -269,18 +299,19 @@ class Federation:
                              self.num_samples[responders], arrived.exchange_times, round_time, self.system.clock,
                              self.global_params, diverged, improved, dropped=arrived.dropped, late=arrived.late)
         if evaluate and not diverged:
-            report.evaluation = self.evaluate(self.global_params)
+            report.evaluation = yield from self.evaluate_steps(self.global_params)
             if not np.isfinite(report.evaluation.loss) or report.evaluation.loss > self.cfg["divergence_loss"]:
                 report.diverged = True
         return report
 
-    def _apply(self, w_next: torch.Tensor, responders: np.ndarray, losses: np.ndarray) -> tuple:
-        """Adopt w_{t+1} unless it diverged; (diverged, share of responders whose true loss did not rise)."""
+    def _apply_steps(self, w_next: torch.Tensor, responders: np.ndarray, losses: np.ndarray):
+        """Adopt w_{t+1} unless it diverged; (diverged, share of responders whose true loss did not rise).
+        A generator: it yields the responders' loss pass under w_{t+1} as a :class:`LossRequest`."""
         diverged = not bool(torch.isfinite(w_next).all())
         improved = 0.0 if diverged else float("nan")
         after_cache = {}
         if not diverged and self.cfg["track_improvement"]:
-            after, after_rms = self.trainer.client_losses(w_next, responders)
+            after, after_rms = yield LossRequest(self.trainer, w_next, responders)
             improved = float(np.mean(after <= losses + 1e-12))
             diverged = not np.all(np.isfinite(after))
             after_cache = {int(c): (a, r) for c, a, r in zip(responders, after, after_rms)}
@@ -333,10 +364,13 @@ class Federation:
         """One generator per client for this round: seeded by (train seed, round, client)."""
         return [np.random.default_rng([self.train_seed, round_index, int(c)]) for c in clients]
 
-    @torch.no_grad()
     def evaluate(self, flat: torch.Tensor) -> Evaluation:
         """Global accuracy and loss over all clients' test data, and each client's test accuracy."""
-        loss, correct = self.trainer.per_sample_losses(flat, self.x_test, self.y_test)
+        return run_inline(self.evaluate_steps(flat))
+
+    def evaluate_steps(self, flat: torch.Tensor):
+        """:meth:`evaluate` as a generator: it yields the pass over the test data as an :class:`EvalRequest`."""
+        loss, correct = yield EvalRequest(self.trainer, flat, self.x_test, self.y_test)
         # each client's count of correct answers (exact; a weighted bincount is not deterministic on a GPU)
         per_client = torch.bincount(self.test_owner[correct > 0], minlength=self.n).double().cpu().numpy()
         per_client = per_client / np.maximum(self.test_counts, 1.0)
@@ -349,9 +383,13 @@ class Federation:
         Values already measured under the same global model (the last round's responders' after
         aggregation) are reused instead of a second forward pass.
         """
+        return run_inline(self.global_losses_steps(clients))
+
+    def global_losses_steps(self, clients: np.ndarray):
+        """:meth:`global_losses` as a generator: it yields the pass the cache lacks as a :class:`LossRequest`."""
         need = [int(c) for c in clients if int(c) not in self._loss_cache]
         if need:
-            mean, rms = self.trainer.client_losses(self.global_params, need)
+            mean, rms = yield LossRequest(self.trainer, self.global_params, need)
             self._loss_cache.update({c: (m, r) for c, m, r in zip(need, mean, rms)})
         pairs = [self._loss_cache[int(c)] for c in clients]
         return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
