@@ -4,13 +4,20 @@
     python bench/vector_env.py --presets default --sizes 64 --seconds 20
     python bench/vector_env.py --device cuda --sizes 1024 --presets default     # bench/gpu_check.sh
     python bench/vector_env.py --train --sizes 8 64 --baseline-root /tmp/base   # SB3 training steps/s
+    python bench/vector_env.py --profile 10 --presets default --sizes 64          # where a vector step's time goes
 
 Every env plays natural episodes (resets and autoresets included, as in RL training) under random actions
 from a seeded action space. For each setting and E it prints the batched env's aggregate rate (E × vector
 steps / s); SyncVectorEnv's and AsyncVectorEnv's aggregate rates are measured once per setting (Sync at
 ``--sync-envs`` sub-envs: its rate per sub-env does not grow with E, it steps them one after another; Async
-with 2 worker processes, one per core here) and each row gives the ratio batched / Sync. A benchmark, not a
-test: the figures go to docs/PERFORMANCE.md with the load (``uptime``) and the versions printed here.
+with 2 worker processes, one per core here) and each row gives the ratio batched / Sync, and the 1-minute load
+average when the row was measured. A benchmark, not a test: the figures go to docs/PERFORMANCE.md with the load
+and the versions printed here.
+
+``--profile STEPS`` instead runs STEPS vector steps of each setting and E under ``cProfile`` and prints the
+shares of the step's time: the fused local training, the loss and evaluation passes, FAVOR's PCA projections,
+the observation, ``info``, and the rest (each sub-env's own Python: action decoding, system draws, adversary,
+aggregation, records, reward, and the vector env's batching).
 """
 from __future__ import annotations
 
@@ -108,6 +115,55 @@ def train_table(args: argparse.Namespace) -> None:
             print(f"| {algo}, {mode} | {label} | {steps} | {r:.1f} |", flush=True)
 
 
+#: --profile's parts of a vector step: (label, [(module file suffix, function name)]), cumulative times
+PARTS = [
+    ("fused local training of every sub-env's clients (train_requests)",
+     [("fedsel_env/vector_training.py", "train_requests")]),
+    ("loss passes F_k(w) before and after the round, and the evaluation of the new global model",
+     [("fedsel_env/vector_training.py", "forward_requests")]),
+    ("FAVOR's PCA projections (WeightPCA.project)", [("fedsel_env/server_view.py", "project")]),
+    ("the observation (ServerView.observe)", [("fedsel_env/server_view.py", "observe")]),
+    ("info: each sub-env's (step_info) and the vector env's batching (_add_info)",
+     [("fedsel_env/episode_info.py", "step_info"), ("gymnasium/vector/vector_env.py", "_add_info")]),
+]
+
+
+def profile(make, steps: int) -> None:
+    """Print the shares of ``steps`` vector steps' time (after a reset and a warm-up step) by :data:`PARTS`."""
+    import cProfile
+    import pstats
+
+    envs = make()
+    try:
+        envs.action_space.seed(0)
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        actions = [envs.action_space.sample() for _ in range(steps)]
+        prof = cProfile.Profile()
+        start = time.perf_counter()
+        prof.enable()
+        for a in actions:
+            envs.step(a)
+        prof.disable()
+        wall = time.perf_counter() - start
+        stats = pstats.Stats(prof).stats
+        total = sum(v[2] for v in stats.values())  # (calls, primitive calls, own time, cumulative, callers)
+        print(f"{envs.num_envs * steps} env steps in {wall:.2f} s under the profiler "
+              f"({envs.num_envs * steps / wall:.1f} steps/s, load {os.getloadavg()[0]:.1f})")
+        print("| part | share |\n|---|---:|")
+        rest = 1.0
+        for label, funcs in PARTS:
+            t = sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
+                    if any(file.endswith(f) and name == n for f, n in funcs))
+            rest -= t / total
+            print(f"| {label} | {100 * t / total:.0f}% |")
+        print(f"| the rest: each sub-env's own Python and the vector env's | {100 * rest:.0f}% |")
+        kernels = sum(v[2] for (file, _, name), v in stats.items() if file == "~" and "torch" in name)
+        print(f"time inside torch's operations (all parts; kernels and their dispatch): {100 * kernels / total:.0f}%")
+    finally:
+        envs.close()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--presets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -119,6 +175,7 @@ def main() -> None:
     p.add_argument("--train", action="store_true", help="instead: SB3 training steps/s through train_agent.py")
     p.add_argument("--train-steps", type=int, default=1000, help="--train: steps per run (x E/4 for batched)")
     p.add_argument("--baseline-root", help="--train: a checkout of the code before #27 (git archive) to compare")
+    p.add_argument("--profile", type=int, metavar="STEPS", help="instead: where STEPS vector steps' time goes")
     args = p.parse_args()
     if args.train:
         print(f"# load before: {os.getloadavg()}")
@@ -135,8 +192,16 @@ def main() -> None:
     print(f"# {platform.node()}  {os.cpu_count()} CPUs  torch {torch.__version__}  gymnasium {gym.__version__}  "
           f"numpy {np.__version__}  python {platform.python_version()}  device {args.device}")
     print(f"# load before: {os.getloadavg()}")
-    print("| setting | E | batched steps/s | Sync steps/s | Async(2) steps/s | batched / Sync |")
-    print("|---|---:|---:|---:|---:|---:|")
+    if args.profile:
+        for name in args.presets:
+            preset, cfg = _split(SETTINGS[name], args.device)
+            for e in args.sizes:
+                print(f"\n{name}, E = {e}:")
+                profile(lambda: FedSelectVectorEnv(e, config=cfg, preset=preset), args.profile)
+        print(f"# load after: {os.getloadavg()}")
+        return
+    print("| setting | E | batched steps/s | Sync steps/s | Async(2) steps/s | batched / Sync | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name in args.presets:
         preset, cfg = _split(SETTINGS[name], args.device)
         sync = asyn = float("nan")
@@ -147,7 +212,8 @@ def main() -> None:
             asyn = rate(lambda: gym.make_vec(env_id, 2, vectorization_mode="async", config=cfg), args.seconds)
         for e in args.sizes:
             batched = rate(lambda: FedSelectVectorEnv(e, config=cfg, preset=preset), args.seconds)
-            print(f"| {name} | {e} | {batched:.1f} | {sync:.1f} | {asyn:.1f} | {batched / sync:.1f}× |", flush=True)
+            print(f"| {name} | {e} | {batched:.1f} | {sync:.1f} | {asyn:.1f} | {batched / sync:.1f}× | "
+                  f"{os.getloadavg()[0]:.1f} |", flush=True)
     print(f"# load after: {os.getloadavg()}")
 
 
