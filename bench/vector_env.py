@@ -5,6 +5,7 @@
     python bench/vector_env.py --device cuda --sizes 1024 --presets default     # bench/gpu_check.sh
     python bench/vector_env.py --train --sizes 8 64 --baseline-root /tmp/base   # SB3 training steps/s
     python bench/vector_env.py --profile 10 --presets default --sizes 64          # where a vector step's time goes
+    python bench/vector_env.py --eval --presets default tiny --sizes 1 16         # evaluate.py --n-envs E
 
 Every env plays natural episodes (resets and autoresets included, as in RL training) under random actions
 from a seeded action space. For each setting and E it prints the batched env's aggregate rate (E × vector
@@ -18,6 +19,10 @@ and the versions printed here.
 shares of the step's time: the fused local training, the loss and evaluation passes, FAVOR's PCA projections,
 the observation, ``info``, and the rest (each sub-env's own Python: action decoding, system draws, adversary,
 aggregation, records, reward, and the vector env's batching).
+
+``--eval`` instead times ``fedsel_eval.run`` (what ``evaluate.py`` does: every hand-written agent, ``--eval-seeds``
+seeds, no plots) with ``n_envs`` = each E (1 = one episode after another), checks that every run wrote the
+same episode records, and prints the seconds.
 """
 from __future__ import annotations
 
@@ -164,6 +169,35 @@ def profile(make, steps: int) -> None:
         envs.close()
 
 
+def eval_table(args: argparse.Namespace) -> None:
+    """``evaluate.py --n-envs E`` against E = 1: seconds for the same evaluation, records checked equal."""
+    import json
+    import tempfile
+
+    import fedsel_eval
+
+    print("| setting | policies × seeds | n_envs | seconds | vs n_envs = 1 | load |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name in args.presets:
+        preset, cfg = _split(SETTINGS[name], args.device)
+        env = {**cfg, "preset": preset} if preset else cfg
+        base, first = None, None
+        for e in args.sizes:
+            with tempfile.TemporaryDirectory() as out:
+                start = time.perf_counter()
+                result = fedsel_eval.run(out, env=env, seeds=list(range(args.eval_seeds)), n_envs=e,
+                                         progress=False, plots=False)
+                seconds = time.perf_counter() - start
+            records = {r["key"]: json.dumps({k: v for k, v in r.items() if k != "wall_time_s"}, sort_keys=True)
+                       for r in result.records}
+            first = first or records
+            if records != first:
+                raise AssertionError(f"{name}: n_envs = {e} wrote other records than n_envs = {args.sizes[0]}")
+            base = base or seconds
+            print(f"| {name} | {len(result.plan.policies)} × {args.eval_seeds} | {e} | {seconds:.1f} | "
+                  f"{base / seconds:.2f}× | {os.getloadavg()[0]:.1f} |", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--presets", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -176,6 +210,8 @@ def main() -> None:
     p.add_argument("--train-steps", type=int, default=1000, help="--train: steps per run (x E/4 for batched)")
     p.add_argument("--baseline-root", help="--train: a checkout of the code before #27 (git archive) to compare")
     p.add_argument("--profile", type=int, metavar="STEPS", help="instead: where STEPS vector steps' time goes")
+    p.add_argument("--eval", action="store_true", help="instead: fedsel_eval.run with n_envs = each E")
+    p.add_argument("--eval-seeds", type=int, default=5, help="--eval: seeds 0..N-1")
     args = p.parse_args()
     if args.train:
         print(f"# load before: {os.getloadavg()}")
@@ -192,6 +228,10 @@ def main() -> None:
     print(f"# {platform.node()}  {os.cpu_count()} CPUs  torch {torch.__version__}  gymnasium {gym.__version__}  "
           f"numpy {np.__version__}  python {platform.python_version()}  device {args.device}")
     print(f"# load before: {os.getloadavg()}")
+    if args.eval:
+        eval_table(args)
+        print(f"# load after: {os.getloadavg()}")
+        return
     if args.profile:
         for name in args.presets:
             preset, cfg = _split(SETTINGS[name], args.device)
