@@ -6,6 +6,7 @@
     python evaluate.py --policy random --policy rbcsf:v=10,beta=0.1 --policy fast=rbcsf:v=50
     python evaluate.py --aggregator fedavg --aggregator qfedavg:q=1 --policy random --policy qffl
     python evaluate.py --config configs/eval/hetero_system.yaml --workers 2   # an eval config file
+    python evaluate.py --env default --n-envs 16                               # 16 episodes at once (vector env)
     python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
     python evaluate.py --config configs/eval/hetero_system.yaml --ray auto    # episodes as tasks on a Ray cluster
     python evaluate.py --suite bench --policy pow_d --scenarios Churn,Large   # FedSelect-Bench leaderboard (docs/BENCHMARK.md)
