@@ -10,7 +10,9 @@ The script reads top to bottom (CleanRL style); the machinery lives in :mod:`age
 2. the env config: the preset / env id / YAML file (``fedsel_env.config.resolve_env``), the algorithm's
    own ``env_kwargs`` from its hyper-parameter file, then ``--env-kwargs``; checked against what the
    algorithm can act in;
-3. the hyper-parameters: ``configs/<algo>.yml``, keyed by env id as in rl-zoo3, then ``--hyperparams``;
+3. the hyper-parameters: ``configs/<algo>.yml``, keyed by env id as in rl-zoo3, then ``--hyperparams``
+   (2 and 3, with every other check, before anything is built: :func:`agents.training.settings.prepare`,
+   which the experiments' training calls too);
 4. the training envs (``SubprocVecEnv`` when ``--n-envs`` > 1, one torch thread per worker);
 5. the model, new or resumed from the run's last checkpoint (model + replay buffer + step count);
 6. the callbacks: evaluation of the *deployed* form (FAVOR: the ``topk`` agent taking the K highest
@@ -39,56 +41,18 @@ if __name__ == "__main__":  # restart under tcmalloc before the heavy imports be
 import torch
 
 from agents.training import cli
-from agents.training.algorithms import algorithm_class, check_algo, deploy_fn, eval_env_config, is_off_policy
+from agents.training.algorithms import algorithm_class, deploy_fn, eval_env_config, is_off_policy
 from agents.training.atomic import atomic_save, atomic_write_yaml, lock_run_folder
-from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, config_callbacks, per_call
-from agents.training.cli import Args, check_counts, parse_key_values
-from agents.training.envs import build_env_config, close_envs, make_eval_env, make_vec_env, steps_note
-from agents.training.hyperparams import check_policy, load_hyperparams, model_kwargs
-from agents.training.runs import (CKPT_PREFIX, check_new_run, default_run_name, resume_model, resumed_settings,
-                                  save_settings)
-from fedsel_env.config import env_id, resolve_env
-from fedsel_env.sim.device import resolve_device
+from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, per_call
+from agents.training.cli import Args
+from agents.training.envs import close_envs, make_eval_env, make_vec_env, steps_note
+from agents.training.runs import CKPT_PREFIX, resume_model, save_settings
+from agents.training.settings import prepare
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
     """The command line as :class:`~agents.training.cli.Args` (``--help`` lists the flags)."""
     return cli.parse_args(argv, description=__doc__.split("\n")[0])
-
-
-def prepare(args: Args) -> Dict[str, Any]:
-    """Check every argument and work out the run's settings before anything is built (fails fast)."""
-    check_algo(args.algo)
-    run_dir = Path(args.runs_dir) / (args.name or "")
-    if args.resume:  # the run's own settings, as saved when it started
-        args, env_config, hp = resumed_settings(args)
-    else:
-        preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
-        hp = load_hyperparams(args.algo, env_id(preset), args.hyperparams, args.conf_file)  # 3. hyper-parameters
-        overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
-        if args.device is not None:  # --device: the simulator's device, and the learner's below
-            overrides["device"] = args.device
-        env_config = build_env_config(args.algo, preset, overrides, hp.get("env_kwargs") or {})
-        args.name = args.name or default_run_name(args.algo, args.env, args.seed)
-        run_dir = Path(args.runs_dir) / args.name
-        check_new_run(run_dir)
-    if args.n_timesteps is None:
-        args.n_timesteps = int(hp.get("n_timesteps", 10_000))
-    if args.n_envs is None:
-        args.n_envs = int(hp.get("n_envs", 1))
-    check_counts(args)
-    # CUDA asked for where torch sees none fails here, before any env process starts; the learner follows the env
-    device = resolve_device(env_config.get("device", "cpu"), env_config.get("workers", 1))
-    args.device = args.device or str(device)
-    if env_config.get("reward") == "vector":
-        raise ValueError("reward: vector gives a vector reward (MO-Gymnasium's convention) and Stable-Baselines3 "
-                         "trains on a scalar one: use a scalar reward (favor, accuracy_gain, time_penalised), or "
-                         "scalarise the vector in your own script with mo_gymnasium.wrappers.LinearReward")
-    policy = check_policy(hp, env_config)
-    kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
-    callbacks = config_callbacks(hp.get("callback"))  # FLMetricsCallback and those the entry names
-    return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs,
-            "callbacks": callbacks}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -227,7 +226,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from fedsel_env.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # as the env's scripts do (docs/PERFORMANCE.md); FEDSEL_NO_TCMALLOC=1 opts out

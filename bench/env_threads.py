@@ -9,13 +9,9 @@ say which). `torch_threads: null` leaves torch's setting (its default: one threa
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def steps_per_second(preset: str, threads, seconds: float) -> float:

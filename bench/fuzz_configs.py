@@ -28,13 +28,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import gymnasium as gym
+import numpy as np
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
-
-import fedsel_env  # noqa: E402,F401  (registers the env ids)
-from fedsel_env.config import make_config, parse_yaml  # noqa: E402
+import fedsel_env  # noqa: F401  (registers the env ids)
+from fedsel_env.config import make_config, parse_yaml
 
 #: Fields a hostile value goes into (top-level name, path inside it).
 FIELDS = [("flat_parts", ()), ("system", ("availability",)), ("adversary", ("attackers",)),

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import warnings
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedsel_env.config import make_config  # noqa: E402
-from fedsel_env.env import FedSelectEnv  # noqa: E402
+from fedsel_env.config import make_config
+from fedsel_env.env import FedSelectEnv
 
 PRESETS = ["tiny", "default", "default:one", "synthetic", "hetero", "favor_fmnist"]
 

@@ -12,17 +12,13 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from fedsel_env.config import make_config  # noqa: E402
-from fedsel_env.env import FedSelectEnv  # noqa: E402
+from fedsel_env.config import make_config
+from fedsel_env.env import FedSelectEnv
 
 
 def main() -> None:

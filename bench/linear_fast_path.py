@@ -26,17 +26,18 @@ import argparse
 import contextlib
 import functools
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Dict, Iterator, List
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 PATHS = ("analytic", "analytic_keep", "vmap")
+#: experiments/qffl_synthetic.py's PAPER config, written out (bench/ does not import experiments/;
+#: tests/test_architecture.py checks the two stay the same)
+QFFL_PAPER = {"preset": "synthetic", "dataset_params": {"alpha": 1.0, "beta": 1.0, "max_samples": None},
+              "local_epochs": 1, "lr": 0.1, "system": {"availability": 1.0}, "target_accuracy": 1.0,
+              "eval_every": 100, "track_improvement": False}
 
 
 @contextlib.contextmanager
@@ -65,12 +66,11 @@ def main(argv: List[str] = None) -> Dict[str, Dict[str, float]]:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.block < 1:
         raise SystemExit("linear_fast_path.py: error: --rounds and --block must be >= 1")
-    from experiments import chunked
-    from experiments.qffl_synthetic import ALGORITHMS, PAPER, run_id
+    from fedsel_eval import chunked
 
     torch.set_num_threads(1)
-    env_cfg = ALGORITHMS["qfedavg"].env({**PAPER, "max_rounds": args.rounds + 2}, args.q)
-    spec = chunked.RunSpec(run_id("qfedavg", args.q, args.seed), env_cfg, "random_nk", args.seed)
+    env_cfg = {**QFFL_PAPER, "max_rounds": args.rounds + 2, "aggregator": "qfedavg", "aggregator_params": {"q": args.q}}
+    spec = chunked.RunSpec(f"qfedavg q={args.q:g} seed={args.seed}", env_cfg, "random_nk", args.seed)
     load0 = os.getloadavg()
     print(f"q-FedAvg (q = {args.q:g}) on qffl_synthetic.py's PAPER config, seed {args.seed}: {args.rounds} rounds per "
           f"path in blocks of {args.block}, one torch thread (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}); "

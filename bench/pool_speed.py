@@ -8,9 +8,7 @@ Usage:  python bench/pool_speed.py [--rows 2048] [--repeats 5]
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +52,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from fedsel_env.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()

@@ -137,7 +137,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
     from fedsel_env.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # set FEDSEL_NO_TCMALLOC=1 to measure with glibc's malloc

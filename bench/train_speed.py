@@ -36,7 +36,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # train_agent.py and the packages it imports live at the root
 
 
 def _train_agent():
@@ -178,9 +177,7 @@ def main() -> None:
     result.update(info, load_average_at_end=os.getloadavg())
     out = ROOT / "runs" / "bench" / f"train_speed_{args.part}{'_one' if args.mode == 'one' else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=float))
-    os.replace(tmp, out)
+    atomic_write_text(out, json.dumps(result, indent=1, default=float))
     print(f"written {out}")
 
 

@@ -245,7 +245,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from fedsel_env.allocator import reexec_with_tcmalloc
 
     reexec_with_tcmalloc()  # both systems' processes (Ray's too) inherit it; FEDSEL_NO_TCMALLOC=1 opts out

@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from fedsel_eval.records import _plain  # one JSON-cleaning rule for results and records
+from agents.training.atomic import atomic_write_text, jsonable  # one write helper, one JSON-cleaning rule
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "REPRODUCTION.md"
@@ -44,8 +44,6 @@ IMG_DIR = ROOT / "docs" / "img"
 RESULTS_DIR = ROOT / "experiments" / "results"
 RUNS_DIR = ROOT / "runs" / "repro"
 
-if str(ROOT) not in sys.path:  # train_agent.py lives at the root; worker processes import from it too
-    sys.path.insert(0, str(ROOT))
 
 
 def threads_to_one() -> None:
@@ -318,7 +316,7 @@ class Outputs:
         when publishing, the record is ``experiments/results/<name>.json``."""
         from experiments import records_of
 
-        full = _plain({**self.provenance, **data})
+        full = jsonable({**self.provenance, **data})
         path = self.out / "results.json"
         path.write_text(json.dumps(full, indent=1, allow_nan=False) + "\n")
         if not records_of.has_converter(self.name) and not self.publish:
@@ -356,9 +354,7 @@ def splice(doc: Path, name: str, text: str) -> None:
     old = doc.read_text() if doc.is_file() else ""
     pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda _: block, old) if pattern.search(old) else old.rstrip() + "\n\n" + block + "\n"
-    tmp = doc.with_name(doc.name + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, doc)
+    atomic_write_text(doc, new)
 
 
 class Clock:
@@ -442,12 +438,14 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
         loads —, the per-episode training record: return, length, finishing step).
     """
     import yaml
-
-    import train_agent
-    from agents.training.algorithms import algorithm_class
-    from agents.training.atomic import atomic_save, atomic_write_yaml
-    from agents.training.envs import make_vec_env
     from stable_baselines3.common.callbacks import BaseCallback
+
+    from agents.training.algorithms import algorithm_class
+    from agents.training.atomic import atomic_save
+    from agents.training.cli import parse_args
+    from agents.training.envs import make_vec_env
+    from agents.training.runs import save_settings
+    from agents.training.settings import prepare
 
     run_dir = Path(run_dir)
     out = run_dir.parent
@@ -466,7 +464,7 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
             "--n-envs", str(train["n_envs"]), "--seed", str(seed), "--runs-dir", str(out), "--name", run_dir.name,
             "--eval-freq", "0", "--save-freq", "0", "--no-progress-bar", "--verbose", "0",
             "--hyperparams", *[f"{k}={v}" for k, v in train["hyperparams"].items()]]
-    setup = train_agent.prepare(train_agent.parse_args(argv))
+    setup = prepare(parse_args(argv))
     args = setup["args"]
 
     class EpisodeRecorder(BaseCallback):
@@ -494,9 +492,7 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
     seconds = time.perf_counter() - start
     env.close()
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_yaml(run_dir / "env_config.yaml", setup["env_config"])
-    atomic_write_yaml(run_dir / "hyperparams.yaml", setup["hp"])
-    atomic_write_yaml(run_dir / "args.yaml", vars(args))
+    save_settings(run_dir, args, setup["env_config"], setup["hp"])  # what evaluate.py reads beside the model
     atomic_save(model.save, run_dir / "model.zip")
     curve_file.write_text(json.dumps(recorder.record) + "\n")
     time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around model.learn"}) + "\n")

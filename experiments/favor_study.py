@@ -342,7 +342,7 @@ def q_diagnostics(path: Path, env: Mapping[str, Any], trained: Mapping[str, Mapp
 def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
     """The parts finished so far, as ``<out>/progress.json`` (and, when publishing,
     ``experiments/results/favor_study_<setting>_progress.json``): a long run's pieces land as they finish."""
-    text = json.dumps(common._plain(doc), indent=1, allow_nan=False) + "\n"
+    text = json.dumps(common.jsonable(doc), indent=1, allow_nan=False) + "\n"
     (out.out / "progress.json").write_text(text)
     if out.publish:
         common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ its tuning seeds (1000–1009, seen by the study's steps 1–2 only):
    the PCA row, its distance, the server's per-client record) is recorded beside its score, its loss on
    the current global model (queried as ``pow_d`` queries it; the selector never sees it) and, unless
    ``--no-oracle-values``, its one-step oracle value (the accuracy one ``one``-mode step with it alone
-   reaches: ``bench/favor_oracle.py``). Per feature: the within-round Spearman correlation with the
+   reaches: ``agents/one_step_oracle.py``). Per feature: the within-round Spearman correlation with the
    score (over the available clients; the mean over rounds per episode, a 95% t interval over the
    episodes, each episode's value averaged over the models first); the R² of a least-squares fit of
    the within-round standardised scores on the standardised features; and the share of the K picks
@@ -26,7 +26,7 @@ its tuning seeds (1000–1009, seen by the study's steps 1–2 only):
    reported loss, the most rounds since selected, and the K oracle-best — against random's K/N.
    ``pow_d``, ``rpow_d`` (pow_d's rule on the reported losses: what the selector knows, no queries) and
    random are traced on the same seeds for reference.
-2. **The one-step bound.** ``bench.favor_oracle.OneStepOracle`` (top-K of the one-step values: a
+2. **The one-step bound.** ``agents.one_step_oracle.OneStepOracle`` (top-K of the one-step values: a
    perfectly learned myopic Q-function deployed as the selector is) plays the same seeds through
    ``fedsel_eval`` beside random, ``pow_d``, ``rpow_d`` and the selector (each model, and their ensemble); rounds
    to Ω (a miss counts as the cap) paired by seed, with 95% t intervals. Each oracle round plays every
@@ -59,7 +59,7 @@ from experiments.per_client_study import ALGO, SETTINGS, SMOKE_TRAIN_HP  # noqa:
 NAME = "per_client_analysis"
 SEEDS = TUNE_SEEDS[:10]  # 1000–1009: the study's tuning seeds (its steps 1–2 looked at them; its report did not)
 TRAIN_SEEDS = (0, 1, 2)
-ORACLE = "oracle=bench.favor_oracle:OneStepOracle"  # its default step: 1/K (one_mode_step: 1/K, as pc_dqn trains)
+ORACLE = "oracle=agents.one_step_oracle:OneStepOracle"  # its default step: 1/K (one_mode_step: 1/K, as pc_dqn trains)
 #: the overlaps of the picks reported: reference name -> what it ranks the available clients by
 OVERLAPS = {"current_loss": "the K highest losses on the current global model (what pow_d aims at)",
             "reported_loss": "the K highest last reported losses (the token's loss column)",
@@ -143,7 +143,7 @@ def trace_episode(env: Any, make_agent: Any, seed: int, scores: Any = None, orac
         ``predict``.
     :param scores: ``scores(agent, obs) -> (N,)``, the agent's per-client scores (None: not recorded).
     :param oracle_step: also record each client's one-step oracle value with this ``one``-mode step
-        (``"1/K"`` or a number; ``bench.favor_oracle.oracle_scores``: played on copies, the episode is
+        (``"1/K"`` or a number; ``agents.one_step_oracle.oracle_scores``: played on copies, the episode is
         unchanged).
     :return: flat arrays over (round, available client): ``round``, ``client``, ``tokens`` (M, T),
         ``score``, ``current_loss``, ``oracle`` (NaN where not recorded), ``picked``; and ``rounds``
@@ -152,7 +152,7 @@ def trace_episode(env: Any, make_agent: Any, seed: int, scores: Any = None, orac
     import torch
 
     from agents.per_client_net import client_tokens
-    from bench.favor_oracle import one_mode_step, oracle_scores
+    from agents.one_step_oracle import one_mode_step, oracle_scores
 
     obs, _ = env.reset(seed=int(seed))
     agent = make_agent(env.selection_spec, int(seed))

@@ -252,7 +252,7 @@ def _figures(out: Any, res: Mapping[str, Any], trained: Mapping[int, Any], setti
 
 
 def _progress(out: Any, setting: str, doc: Mapping[str, Any]) -> None:
-    text = json.dumps(common._plain(doc), indent=1, allow_nan=False) + "\n"
+    text = json.dumps(common.jsonable(doc), indent=1, allow_nan=False) + "\n"
     (out.out / "progress.json").write_text(text)
     if out.publish:
         common.RESULTS_DIR.mkdir(parents=True, exist_ok=True)

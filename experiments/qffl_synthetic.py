@@ -12,7 +12,7 @@ The paper's algorithm: devices sampled with probability ∝ n_k (``random_nk``),
 Algorithm 2, L = 1/η), logistic regression, batch 10, one local epoch, K = 10, for the public code's
 20,000 rounds, with device sizes as generated (no cap; docs/REPRODUCTION.md §2 says why); beside it
 q-FedSGD (``qfedsgd``, Algorithm 1: one full-batch gradient per device). Each (algorithm, q, seed) is one
-run of :mod:`experiments.chunked`: it checkpoints every ``--checkpoint-every`` rounds, stops cleanly at
+run of :mod:`fedsel_eval.chunked`: it checkpoints every ``--checkpoint-every`` rounds, stops cleanly at
 ``--max-minutes`` and continues bit for bit from its checkpoint at the next invocation. As each run
 pauses or finishes, ``experiments/results/qffl_synthetic_progress.json`` (committed) records its rounds,
 time, the commit of each chunk and, once finished, its per-device accuracies; the table is made from
@@ -45,7 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from experiments import chunked, common  # noqa: E402
+from experiments import common  # noqa: E402
+from experiments.records_of import QFFL_METRICS  # noqa: E402
+from fedsel_eval import chunked  # noqa: E402
 
 NAME = "qffl_synthetic"
 QS = [0.0, 0.1, 1.0, 2.0, 5.0]
@@ -173,7 +175,7 @@ class Progress:
             {"experiment": NAME, "settings": {}}
 
     def setting(self, key: str, description: Mapping[str, Any]) -> Dict[str, Any]:
-        entry = self.data["settings"].setdefault(key, {**common._plain(description), "runs": {}})
+        entry = self.data["settings"].setdefault(key, {**common.jsonable(description), "runs": {}})
         return entry["runs"]
 
     def runs(self, key: str) -> Dict[str, Any]:
@@ -218,7 +220,7 @@ class Progress:
 
 def _compact(record: Mapping[str, Any]) -> Dict[str, Any]:
     """A finished run's record for the progress file: per-device accuracies to 6 decimals, curves to 5."""
-    return {"metrics": common._plain(record["metrics"]), "model_sha256": record["model_sha256"],
+    return {"metrics": common.jsonable(record["metrics"]), "model_sha256": record["model_sha256"],
             "clients": {"accuracy": [round(a, 6) for a in record["clients"]["accuracy"]],
                         "participation": record["clients"]["participation"],
                         "num_samples": record["clients"]["num_samples"]},
@@ -226,9 +228,7 @@ def _compact(record: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 # ============================================================================================ report
-METRICS = [("acc_mean", "mean acc (%)", 100.0, ".1f"), ("acc_var_1e4", "variance (×10⁴)", 1.0, ".0f"),
-           ("acc_worst10", "worst 10% (%)", 100.0, ".1f"), ("acc_best10", "best 10% (%)", 100.0, ".1f"),
-           ("final_accuracy", "global acc (%)", 100.0, ".1f")]
+METRICS = QFFL_METRICS  # the table's columns, as the record holds them (experiments/records_of.py)
 
 
 def _report(out: common.Outputs, clock: common.Clock, argv: Sequence[str], args: Any, runs: Mapping[str, Any],

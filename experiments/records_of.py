@@ -202,10 +202,15 @@ def per_client_analysis(data: Mapping[str, Any], name: str) -> Record:
 
 
 # ============================================================================================ sections 2-5
+#: qffl_synthetic's metrics: (key, column, scale, format) — its table's columns and its record's
+QFFL_METRICS = [("acc_mean", "mean acc (%)", 100.0, ".1f"), ("acc_var_1e4", "variance (×10⁴)", 1.0, ".0f"),
+                ("acc_worst10", "worst 10% (%)", 100.0, ".1f"), ("acc_best10", "best 10% (%)", 100.0, ".1f"),
+                ("final_accuracy", "global acc (%)", 100.0, ".1f")]
+
+
 def qffl_synthetic(data: Mapping[str, Any]) -> Record:
     """Rows: one per finished run (algorithm, q, seed), the chunks that computed it from the progress file."""
-    from experiments.qffl_synthetic import METRICS
-
+    METRICS = QFFL_METRICS
     rec = _record("qffl_synthetic", data, data["settings"], one_chunk=False)
     for run in sorted(data["runs"], key=lambda r: (r["algorithm"], r["q"], r["seed"])):
         ids = [rec.chunk(c, note=f"{run['algorithm']} q={run['q']:g} seed={run['seed']}: rounds {c['from']}–{c['to']}",

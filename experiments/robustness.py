@@ -34,6 +34,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from agents.training.atomic import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ROBUSTNESS.md"
 MARK_BEGIN, MARK_END = "<!-- robustness:table begin -->", "<!-- robustness:table end -->"
@@ -195,9 +197,7 @@ def splice(doc: Path, fragment: str) -> None:
         raise ValueError(f"{doc} has no {MARK_BEGIN} … {MARK_END} markers")
     head, rest = text.split(MARK_BEGIN, 1)
     _, tail = rest.split(MARK_END, 1)
-    tmp = doc.with_name(doc.name + ".tmp")
-    tmp.write_text(head + MARK_BEGIN + "\n" + fragment + MARK_END + tail)
-    os.replace(tmp, doc)
+    atomic_write_text(doc, head + MARK_BEGIN + "\n" + fragment + MARK_END + tail)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:

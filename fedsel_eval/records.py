@@ -47,12 +47,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+
+from agents.training.atomic import atomic_write_text, jsonable
 
 FORMAT = "fedsel-record/1"
 #: Two floats are the same figure when they differ by less than this (relative, and absolute near 0).
@@ -204,7 +205,7 @@ def compute(spec: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Any:
     missing = [k for k in _NEEDS[stat] if k not in spec]
     if missing:
         raise ValueError(f"summary {spec.get('name')!r}: stat {stat!r} needs {missing}")
-    return _plain(STATS[stat](spec, rows))
+    return jsonable(STATS[stat](spec, rows))
 
 
 def same(stored: Any, recomputed: Any, tol: float = TOLERANCE) -> bool:
@@ -242,8 +243,8 @@ class Record:
 
     def __init__(self, experiment: str, config: Mapping[str, Any], notes: Optional[Mapping[str, Any]] = None,
                  summary_only: Optional[str] = None) -> None:
-        self.experiment, self.config = experiment, _plain(config)
-        self.notes: Dict[str, Any] = dict(_plain(notes or {}))
+        self.experiment, self.config = experiment, jsonable(config)
+        self.notes: Dict[str, Any] = dict(jsonable(notes or {}))
         self.summary_only = summary_only
         self.chunks: List[Dict[str, Any]] = []
         self.rows: List[Dict[str, Any]] = []
@@ -254,7 +255,7 @@ class Record:
         """Add a chunk of work run at ``provenance`` (:func:`git_provenance`'s dict); return its id."""
         cid = f"c{len(self.chunks)}"
         self.chunks.append({"id": cid, "commit": provenance.get("commit"), "dirty": provenance.get("dirty"),
-                            "dirty_files": provenance.get("dirty_files"), "note": note, **_plain(extra)})
+                            "dirty_files": provenance.get("dirty_files"), "note": note, **jsonable(extra)})
         return cid
 
     def add_row(self, chunk: str, **fields: Any) -> Dict[str, Any]:
@@ -262,7 +263,7 @@ class Record:
         if chunk not in {c["id"] for c in self.chunks}:
             raise ValueError(f"record {self.experiment!r}: row names chunk {chunk!r}, which the record lacks "
                              f"(add it with Record.chunk first)")
-        row = {"chunk": chunk, **_plain(fields)}
+        row = {"chunk": chunk, **jsonable(fields)}
         self.rows.append(row)
         return row
 
@@ -282,18 +283,18 @@ class Record:
                   summary_only: bool = False, reason: Optional[str] = None, **spec: Any) -> Any:
         """Add a summary computed from the rows now (or, for a migrated record whose figure was published,
         ``stored``: the published value, checked against the rows by ``recompute``); return its value."""
-        s = {"name": name, "stat": stat, **({"field": field} if field is not None else {}), **_plain(spec)}
+        s = {"name": name, "stat": stat, **({"field": field} if field is not None else {}), **jsonable(spec)}
         if any(x["name"] == name for x in self.summaries):
             raise ValueError(f"record {self.experiment!r}: two summaries named {name!r}")
         if summary_only:
-            s.update(summary_only=True, value=_plain(stored), **({"reason": reason} if reason else {}))
+            s.update(summary_only=True, value=jsonable(stored), **({"reason": reason} if reason else {}))
         else:
             s["value"] = compute(s, self.rows)
-            if stored is not None and not same(_plain(stored), s["value"]):
+            if stored is not None and not same(jsonable(stored), s["value"]):
                 raise ValueError(f"record {self.experiment!r}: summary {name!r} was published as {stored!r}, "
                                  f"but its rows give {s['value']!r}")
             if stored is not None:
-                s["value"] = _plain(stored)
+                s["value"] = jsonable(stored)
         self.summaries.append(s)
         return s["value"]
 
@@ -318,9 +319,7 @@ class Record:
         check(data, str(path))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-        os.replace(tmp, path)
+        atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
         return path
 
 
@@ -361,18 +360,6 @@ def load(path: Path) -> Dict[str, Any]:
         raise ValueError(f"{path}: a record is a JSON object")
     check(data, str(path))
     return data
-
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 __all__ = ["EPISODE_FIELDS", "FORMAT", "STATS", "TOLERANCE", "Record", "check", "compute", "figures_in",

@@ -9,15 +9,12 @@ form of the values written (:func:`jsonable`).
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
-import numpy as np
-
-from agents.training.atomic import append_line, atomic_write_text
+from agents.training.atomic import append_line, atomic_write_text, jsonable
 
 from .plots import PLOT_FILES
 from .summary import summary_csv
@@ -187,19 +184,6 @@ def config_differences(old: Any, new: Any, prefix: str = "") -> List[str]:
 def _short(v: Any) -> str:
     s = json.dumps(v)
     return s if len(s) <= 80 else s[:77] + "..."
-
-
-def jsonable(x: Any) -> Any:
-    """Plain JSON types: numpy scalars and arrays unpacked, tuples as lists, NaN/inf as null."""
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 __all__ = ["CONFIG_FILE", "EPISODES_CSV", "EPISODES_FILE", "FAIRNESS_CSV", "FORMAT_VERSION", "MAIN_CSV", "SUMMARY_CSV",

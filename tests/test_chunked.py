@@ -1,20 +1,13 @@
-"""experiments/chunked.py: a run interrupted (paused, out of time, or crashed) and resumed from its
+"""fedsel_eval/chunked.py: a run interrupted (paused, out of time, or crashed) and resumed from its
 checkpoints ends at the same model, bit for bit, with the same numbers as one that ran straight through,
 and those are the numbers fedsel_eval.run_episode gives for that seed with the policy built on that seed's
 federation."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from experiments import chunked  # noqa: E402
-from fedsel_env.env import FedSelectEnv  # noqa: E402
+from fedsel_env.env import FedSelectEnv
+from fedsel_eval import chunked
 
 #: a small Synthetic(1, 1) federation with q-FedAvg: every part of the state a round changes is exercised
 ENV = {"preset": "synthetic", "num_clients": 12, "clients_per_round": 3, "local_epochs": 1, "lr": 0.1,

@@ -25,7 +25,7 @@ SCRIPTS = {"favor_fmnist": favor_fmnist, "favor_study": favor_study, "qffl_synth
            "per_client_study": per_client_study}
 #: Scripts that only time the simulator (no episodes, so no evaluate.py run folder).
 TIMING_ONLY = {"round_cost"}
-#: Scripts whose runs are experiments/chunked.py runs (checkpoints and a progress file, not evaluate.py folders).
+#: Scripts whose runs are fedsel_eval/chunked.py runs (checkpoints and a progress file, not evaluate.py folders).
 CHUNKED = {"qffl_synthetic"}
 
 

@@ -1,4 +1,4 @@
-"""experiments/per_client_analysis.py (issue #19) and the one-step oracle it plays (bench/favor_oracle.py):
+"""experiments/per_client_analysis.py (issue #19) and the one-step oracle it plays (agents/one_step_oracle.py):
 its statistics on hand-made cases, its --smoke run end to end (outputs, traces that replay the evaluated
 episodes, nothing published), and clear errors for bad input."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.favor_oracle import OneStepOracle, one_mode_step, oracle_scores, shared_data  # noqa: E402
+from agents.one_step_oracle import OneStepOracle, one_mode_step, oracle_scores, shared_data  # noqa: E402
 from experiments import common, per_client_analysis as pca  # noqa: E402
 
 torch.set_num_threads(1)

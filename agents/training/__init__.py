@@ -1,9 +1,11 @@
 """What ``train_agent.py`` is built from: one module per job, read in the order the script uses them.
 
 - :mod:`~agents.training.cli` — the arguments (:class:`~agents.training.cli.Args`) and their parser;
-- :mod:`~agents.training.algorithms` — the algorithms table: which class, which action modes, how deployed;
+- :mod:`~agents.training.algorithms` — what training asks of the algorithms' table (``agents/deploy.py``);
 - :mod:`~agents.training.hyperparams` — ``configs/<algo>.yml`` (rl-zoo3 style), checked and turned into kwargs;
 - :mod:`~agents.training.envs` — the training env config (checked against the algorithm) and the vector envs;
+- :mod:`~agents.training.settings` — :func:`~agents.training.settings.prepare`: all of a run's settings, checked
+  before anything is built (``train_agent.py`` and ``experiments/common.py`` call it);
 - :mod:`~agents.training.runs` — the run folder: its settings files, its checkpoints, resuming from them;
 - :mod:`~agents.training.callbacks` — evaluation of the deployed agent, consistent atomic checkpoints;
 - :mod:`~agents.training.atomic` — files written through a temp file and ``os.replace``.

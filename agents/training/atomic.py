@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_yaml(path: Path, data: Any) -> None:
     """Write ``data`` as YAML to ``path`` atomically (:func:`atomic_write_bytes`)."""
-    atomic_write_text(path, yaml.safe_dump(_plain(data), sort_keys=False))
+    atomic_write_text(path, yaml.safe_dump(plain(data), sort_keys=False))
 
 
 def atomic_save(obj_save: Callable[[Path], None], path: Path) -> None:
@@ -155,12 +156,20 @@ def lock_run_folder(folder: Union[str, Path], what: str) -> Iterator[RunFolderLo
         lock.release()
 
 
-def _plain(x: Any) -> Any:
-    """Numpy scalars and tuples → plain YAML types."""
+def plain(x: Any, finite: bool = False) -> Any:
+    """Plain YAML / JSON types: string keys, numpy scalars and arrays unpacked, tuples as lists; ``finite``: NaN
+    and ±inf as ``None`` too (JSON's null: :func:`jsonable`). The one cleaning rule of every file written."""
     if isinstance(x, Mapping):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
+        return {str(k): plain(v, finite) for k, v in x.items()}
+    if isinstance(x, (list, tuple, np.ndarray)):
+        return [plain(v, finite) for v in x]
     if isinstance(x, np.generic):
-        return x.item()
+        x = x.item()
+    if finite and isinstance(x, float) and not math.isfinite(x):
+        return None
     return x
+
+
+def jsonable(x: Any) -> Any:
+    """Plain JSON types: :func:`plain` with NaN and ±inf as null (run folders, records, results)."""
+    return plain(x, finite=True)

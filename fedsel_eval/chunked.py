@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from agents.training.atomic import _plain  # numpy scalars and tuples → plain JSON types (one definition)
+from agents.training.atomic import atomic_write_bytes, plain
 
 CHECKPOINT_FILE = "checkpoint.pkl"
 #: bump when the checkpoint's layout changes: an older checkpoint is then ignored (the run restarts)
@@ -62,7 +62,7 @@ class RunSpec:
 
     def key(self) -> str:
         """What a checkpoint must match to be resumed."""
-        return json.dumps({"env": _plain(self.env), "policy": self.policy, "seed": self.seed,
+        return json.dumps({"env": plain(self.env), "policy": self.policy, "seed": self.seed,
                            "version": CHECKPOINT_VERSION}, sort_keys=True)
 
 
@@ -161,7 +161,7 @@ def start(spec: RunSpec) -> tuple:
     differ from this one's whenever sizes are drawn per federation (Synthetic's lognormal n_k).
     """
     from fedsel_env.env import FedSelectEnv
-    from fedsel_eval import build_policy, parse_policy
+    from .policies import build_policy, parse_policy
 
     env = FedSelectEnv(config=dict(spec.env))
     obs, info = env.reset(seed=spec.seed)
@@ -219,12 +219,7 @@ def _torch() -> Any:
 def save_checkpoint(folder: Path, spec: RunSpec, payload: Mapping[str, Any]) -> None:
     """Write ``<folder>/checkpoint.pkl`` atomically: a crash mid-write leaves the previous checkpoint."""
     path = Path(folder) / CHECKPOINT_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump({"key": spec.key(), **payload}, f, protocol=pickle.HIGHEST_PROTOCOL)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, pickle.dumps({"key": spec.key(), **payload}, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def load_checkpoint(folder: Path, spec: RunSpec) -> Optional[Dict[str, Any]]:

@@ -1,0 +1,59 @@
+"""A training run's settings, worked out and checked before anything is built: :func:`prepare`.
+
+Steps 2 and 3 of ``train_agent.py`` (the env config: preset / env id / YAML file, the algorithm's
+``env_kwargs``, ``--env-kwargs``, checked against what the algorithm can act in; the hyper-parameters:
+``configs/<algo>.yml`` then ``--hyperparams``), the run folder, the learner's device and the callbacks the
+entry names. ``train_agent.py`` and the experiments' training (``experiments/common.py``) call it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict
+
+from fedsel_env.config import env_id, resolve_env
+from fedsel_env.sim.device import resolve_device
+
+from .algorithms import check_algo
+from .callbacks import config_callbacks
+from .cli import Args, check_counts, parse_key_values
+from .envs import build_env_config
+from .hyperparams import check_policy, load_hyperparams, model_kwargs
+from .runs import check_new_run, default_run_name, resumed_settings
+
+
+def prepare(args: Args) -> Dict[str, Any]:
+    """Check every argument and work out the run's settings before anything is built (fails fast)."""
+    check_algo(args.algo)
+    run_dir = Path(args.runs_dir) / (args.name or "")
+    if args.resume:  # the run's own settings, as saved when it started
+        args, env_config, hp = resumed_settings(args)
+    else:
+        preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
+        hp = load_hyperparams(args.algo, env_id(preset), args.hyperparams, args.conf_file)  # 3. hyper-parameters
+        overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
+        if args.device is not None:  # --device: the simulator's device, and the learner's below
+            overrides["device"] = args.device
+        env_config = build_env_config(args.algo, preset, overrides, hp.get("env_kwargs") or {})
+        args.name = args.name or default_run_name(args.algo, args.env, args.seed)
+        run_dir = Path(args.runs_dir) / args.name
+        check_new_run(run_dir)
+    if args.n_timesteps is None:
+        args.n_timesteps = int(hp.get("n_timesteps", 10_000))
+    if args.n_envs is None:
+        args.n_envs = int(hp.get("n_envs", 1))
+    check_counts(args)
+    # CUDA asked for where torch sees none fails here, before any env process starts; the learner follows the env
+    device = resolve_device(env_config.get("device", "cpu"), env_config.get("workers", 1))
+    args.device = args.device or str(device)
+    if env_config.get("reward") == "vector":
+        raise ValueError("reward: vector gives a vector reward (MO-Gymnasium's convention) and Stable-Baselines3 "
+                         "trains on a scalar one: use a scalar reward (favor, accuracy_gain, time_penalised), or "
+                         "scalarise the vector in your own script with mo_gymnasium.wrappers.LinearReward")
+    policy = check_policy(hp, env_config)
+    kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
+    callbacks = config_callbacks(hp.get("callback"))  # FLMetricsCallback and those the entry names
+    return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs,
+            "callbacks": callbacks}
+
+
+__all__ = ["prepare"]
