@@ -21,6 +21,7 @@ def _docs_state() -> dict:
     return {str(f): f.stat().st_mtime_ns for f in files if f.exists()}
 
 
+@pytest.mark.slow
 def test_smoke_run_tunes_then_reports_and_leaves_docs_alone(tmp_path):
     before = _docs_state()
     out = afl_regime.main(["--smoke", "--out", str(tmp_path / "afl_regime"), "--no-progress"])

@@ -24,6 +24,7 @@ def _run(tmp_path, **env):
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=full, check=True).stdout
 
 
+@pytest.mark.slow
 def test_reexec_preloads_tcmalloc_once(tmp_path):
     out = _run(tmp_path)
     if tcmalloc_path() is None:
@@ -36,6 +37,7 @@ def test_opt_out(tmp_path):
     assert _run(tmp_path, FEDSEL_NO_TCMALLOC="1").strip() == "LD_PRELOAD="
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(tcmalloc_path() is None, reason="libtcmalloc-minimal4 is not installed (scripts/setup.sh installs it)")
 def test_evaluate_runs_under_tcmalloc(tmp_path):
     out = subprocess.run([sys.executable, "evaluate.py", "--list"], capture_output=True, text=True, check=True,

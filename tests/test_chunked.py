@@ -97,6 +97,7 @@ def test_a_run_gives_what_run_episode_gives_for_its_seed(straight):
     assert straight["curve"]["accuracy"] == [ref["curves"]["accuracy"][r] for r in straight["curve"]["round"]]
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_runs(straight, tmp_path):
     specs = [chunked.RunSpec(run_id=f"r{i}", env=dict(ENV), policy="random_nk", seed=3) for i in range(2)]
     seen = []

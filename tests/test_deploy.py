@@ -58,6 +58,7 @@ def test_the_table_holds_every_algorithm_and_how_it_is_deployed():
         register_algorithm(Algorithm("bad", "stable_baselines3:DQN", ("two",)))
 
 
+@pytest.mark.slow
 def test_a_registered_algorithm_trains_and_deploys_through_evaluate_and_flower(toy, tmp_path):
     import evaluate
     import train_agent

@@ -253,6 +253,7 @@ def help_texts(tmp_path: Path, wanted: List[Tuple[str, str]]) -> Dict[str, str]:
     return json.loads((tmp_path / "help.json").read_text())
 
 
+@pytest.mark.slow
 def test_flags_in_the_docs_are_the_scripts_flags(tmp_path):
     calls = {s: v for s, v in python_invocations().items() if (ROOT / s).is_file()}
     assert "evaluate.py" in calls and "train_agent.py" in calls
@@ -310,6 +311,7 @@ json.dump(failed, open(sys.argv[2], "w"))
 """
 
 
+@pytest.mark.slow
 def test_python_blocks_run(tmp_path):
     """Every doc's runnable Python blocks, in order, in one fresh process (one import of torch and SB3)."""
     import json

@@ -138,6 +138,7 @@ def test_a_table_without_a_reference_says_so():
     assert "No paired differences" in md
 
 
+@pytest.mark.slow
 def test_figures_are_drawn_with_and_without_a_reference(plan, tmp_path):
     paths = ev.plot_all(_records(plan), plan, tmp_path / "with")
     assert [p.name for p in paths] == list(ev.PLOT_FILES)

@@ -364,6 +364,7 @@ def test_eval_config_files_resolve(tmp_path):
     assert args.seeds == [7] and args.env == "hetero" and args.rounds == 100
 
 
+@pytest.mark.slow
 def test_workers_give_the_same_results_as_serial(default_run, tmp_path):
     out = tmp_path / "parallel"
     evaluate.main(TINY + ["--seeds", "0", "1", "--target", "0.25", "--out", str(out), "--no-plots",

@@ -34,6 +34,7 @@ def _docs_state() -> dict:
     return {str(f): f.stat().st_mtime_ns for f in files if f.exists()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_script_runs_in_its_smoke_configuration(name, tmp_path):
     before = _docs_state()
@@ -156,6 +157,7 @@ def test_results_json_and_fragment_record_the_commit(tmp_path, monkeypatch):
     assert "none recorded (no git commit recorded: a tarball)" in bare.fragment("table").read_text()
 
 
+@pytest.mark.slow
 def test_qffl_keeps_finished_runs_and_max_minutes_zero_only_tabulates(tmp_path):
     fresh = qffl_synthetic.main(["--smoke", "--out", str(tmp_path / "b"), "--no-progress", "--max-minutes", "0"])
     assert json.loads((fresh / "results.json").read_text())["runs_finished"] == 0
@@ -171,6 +173,7 @@ def test_qffl_keeps_finished_runs_and_max_minutes_zero_only_tabulates(tmp_path):
         assert [c["commit"] for c in r["chunks"]] == [commit]  # the commit each chunk ran at
 
 
+@pytest.mark.slow
 def test_a_smoke_run_keeps_out_of_the_real_runs_folder(tmp_path, monkeypatch):
     """A smoke run with the default --out once shared the real run's folder, and its other config made
     the evaluation start afresh there: the real run's finished episodes were deleted."""
@@ -184,6 +187,7 @@ def test_a_smoke_run_keeps_out_of_the_real_runs_folder(tmp_path, monkeypatch):
     assert real.read_text() == "a finished episode\n"
 
 
+@pytest.mark.slow
 def test_per_client_fresh_reports_the_trained_models_on_fresh_seeds(tmp_path):
     """experiments/per_client_fresh.py (#29's re-measurement) plays per_client_study's trained models against
     random and pow_d, writes a record whose every figure recomputes, publishes nothing in --smoke, and

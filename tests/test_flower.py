@@ -73,6 +73,7 @@ def check_trained_as_chosen(strategy: FedSelectStrategy, env: FedSelectEnv) -> N
         assert env.observation_space.contains(h["observation"])
 
 
+@pytest.mark.slow
 def test_flower_round(tmp_path, monkeypatch):
     monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -136,6 +137,7 @@ def test_a_per_client_model_of_another_pca_width_is_refused_before_the_federatio
                       agent_params={"model_path": per_client_models})
 
 
+@pytest.mark.slow
 def test_flower_round_per_client(per_client_models, tmp_path, monkeypatch):
     """A trained per-client selector (issue #19) chooses the clients of a Flower simulation."""
     import agents

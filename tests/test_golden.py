@@ -74,6 +74,7 @@ def _replay_in_a_process(env_vars: dict, save_to=None) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_other_kernel_paths_of_this_cpu_stay_within_the_tolerances():
     """Another CPU, simulated here: torch's portable kernels instead of its AVX2/AVX-512 ones, MKL's
     compatible (non-CPU-specific) code path, OpenBLAS's kernels for an old core. Every case stays within
@@ -87,6 +88,7 @@ def test_other_kernel_paths_of_this_cpu_stay_within_the_tolerances():
         assert out["differs"], "the portable kernels gave the recording bit for bit: the test exercised nothing"
 
 
+@pytest.mark.slow
 def test_same_seed_bit_for_bit_in_this_process_and_another(tmp_path):
     """On one machine the same seed and actions give the same trajectory bit for bit: twice in this process
     and once in a fresh one (every key, the PCA coordinates included)."""

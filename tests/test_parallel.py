@@ -99,6 +99,7 @@ def test_two_workers_give_the_one_process_episode(aggregator, split_everything):
     torch.testing.assert_close(w1, w2, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_parallel_trainer_methods_equal_the_local_trainer(split_everything):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(230, 1, 28, 28, generator=g), torch.randint(0, 10, (230,), generator=g)
@@ -246,6 +247,7 @@ def _alive(pid: int) -> bool:
     return start_time(pid) is not None  # a zombie left for PID 1 to reap counts as gone
 
 
+@pytest.mark.slow
 def test_workers_end_when_their_parent_is_killed():
     """A parent killed without clean-up (SIGKILL; SIGTERM's default action) takes its workers with it.
 
@@ -283,6 +285,7 @@ def test_workers_end_when_their_parent_is_killed():
     assert not any(left.values()), f"workers outlived their killed parents: {left}"
 
 
+@pytest.mark.slow
 def test_pool_forked_from_an_ended_thread_keeps_working():
     """prctl's parent-death signal fires when the forking *thread* ends: it is not used then."""
     box = {}

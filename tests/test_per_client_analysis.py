@@ -113,6 +113,7 @@ def _docs_state() -> dict:
     return {str(f): f.stat().st_mtime_ns for f in files if f.exists()}
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_its_outputs_and_replays_the_evaluated_episodes(tmp_path):
     before = _docs_state()
     out = pca.main(["--smoke", "--out", str(tmp_path / "a"), "--no-progress"])

@@ -59,6 +59,7 @@ def local_run(tmp_path_factory):
     return records(out)
 
 
+@pytest.mark.slow
 def test_ray_run_gives_the_records_of_a_local_run(local_ray, local_run, tmp_path):
     out = tmp_path / "ray"
     evaluate.main(ARGS + ["--out", str(out), "--ray"])  # uses the Ray this process is connected to
@@ -67,6 +68,7 @@ def test_ray_run_gives_the_records_of_a_local_run(local_ray, local_run, tmp_path
     assert (out / "summary.csv").is_file()
 
 
+@pytest.mark.slow
 def test_interrupted_ray_run_resumes(local_ray, local_run, tmp_path, monkeypatch):
     out = tmp_path / "interrupted"
     real = run_folder.RunFolder.append_episode
@@ -105,6 +107,7 @@ def test_ray_with_workers_is_refused(tmp_path):
     assert not (tmp_path / "both").exists()
 
 
+@pytest.mark.slow
 def test_experiment_scripts_pass_ray_to_every_evaluation(tmp_path, monkeypatch):
     from experiments import common
 
@@ -125,6 +128,7 @@ def test_experiment_scripts_pass_ray_to_every_evaluation(tmp_path, monkeypatch):
     assert seen == ["local", "auto"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_ray_starts_is_held_until_it_has_started():
     """A Ctrl-C inside ``ray.init`` left a half-started Ray that crashed evaluate.py at exit (SIGSEGV,
     in 5 of 17 interrupts timed around Ray's start); it is held until the start is over, then raised."""

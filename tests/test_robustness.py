@@ -444,6 +444,7 @@ def _kill_when(proc, ready, timeout=120.0) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_evaluate_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -490,6 +491,7 @@ def _session(sid: int):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_evaluate_workers_end_when_evaluate_is_killed(tmp_path):
     """SIGKILL'ed `evaluate.py --workers 2` leaves no pool, forkserver or resource tracker behind (issue #15)."""
@@ -537,6 +539,7 @@ def _load_train_agent():
     return sys.modules["train_agent"]
 
 
+@pytest.mark.slow
 def test_train_agent_killed_mid_run_keeps_its_files_and_resumes(tmp_path):
     from agents.favor import DoubleDQN
     from agents.training.runs import list_checkpoints, replay_buffer_path

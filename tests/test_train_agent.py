@@ -309,6 +309,7 @@ def test_yaml_env_config_and_existing_run(tmp_path):
         train_agent.prepare(train_agent.parse_args(["--env", path, "--runs-dir", str(tmp_path)]))
 
 
+@pytest.mark.slow
 def test_command_line_reports_bad_arguments():
     out = subprocess.run([sys.executable, str(ROOT / "train_agent.py"), "--algo", "sarsa"],
                          capture_output=True, text=True, timeout=60)

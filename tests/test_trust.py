@@ -58,6 +58,7 @@ def test_cifar_batch_with_a_payload_is_refused_without_running_it(tmp_path):
 
 
 # --- rl-zoo3 config files -----------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["policy_kwargs", "normalize"])
 def test_zoo_does_not_eval_strings_of_its_config_file(tmp_path, key):
     """rl-zoo3 ``eval``s string-valued policy_kwargs / normalize / ... of ``-conf``; ``agents.training.zoo`` refuses."""

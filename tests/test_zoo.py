@@ -147,6 +147,7 @@ def test_fl_metrics_callback_from_a_config_is_not_doubled():
 
 # -- rl-zoo3 itself ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rl_zoo3_trains_dqn_from_configs_and_logs_the_fl_metrics(tmp_path):
     """The command of issue #16, verbatim but for a short run: rl-zoo3's own train script, configs/dqn.yml."""
     pytest.importorskip("rl_zoo3", reason="the optional extra 'zoo' is not installed: pip install '.[zoo]'")
@@ -161,6 +162,7 @@ def test_rl_zoo3_trains_dqn_from_configs_and_logs_the_fl_metrics(tmp_path):
     assert all(scalars.get(tag) for tag in FL_SCALARS), sorted(scalars)
 
 
+@pytest.mark.slow
 def test_zoo_optimizes_favor_in_fedsels_search_space(tmp_path):
     """python -m agents.training.zoo: --algo favor with configs/favor.yml (the default -conf), 2 Optuna trials
     of 60 steps; both complete (a trial whose evaluation env were not the entry's would be pruned)."""
