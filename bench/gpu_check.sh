@@ -75,7 +75,8 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
     if [ "$CUDA" = 1 ]; then stage "$@"; else say ""; say "=== $1: no CUDA here, not run"; fi
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
-stage "pytest: captured round, device" 90 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py
+stage "pytest: captured round, device, vector env" 100 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py \
+    tests/test_vector_env.py
 stage "bench/gpu_round.py (the simulator's round against the floor)" 45 "$PYTHON" bench/gpu_round.py
 stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 90 "$PYTHON" bench/gpu_presets.py --budget 1.5 \
     --presets favor_fmnist default tiny default:one synthetic hetero

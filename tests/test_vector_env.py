@@ -231,3 +231,11 @@ def test_batched_passes_whose_results_differ_run_one_by_one(monkeypatch):
     monkeypatch.setattr(torch, "baddbmm", lambda *a, **k: baddbmm(*a, **k) * (1 + 2**-20))
     _check_against_single([{"system": {"availability": 1.0}}] * 3, "default", steps=3)
     assert vector_training._EXACT and not any(vector_training._EXACT.values())
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (bench/gpu_check.sh runs it)")
+def test_cuda_sub_envs_are_the_single_env():
+    """On a GPU: the fused training of all sub-envs and their batched loss and evaluation passes (on by default
+    there) against the single env on the same device."""
+    _check_against_single([{"device": "cuda", "system": {"availability": 1.0}}] * 3, "default", steps=4)
+    _check_against_single([{"device": "cuda", "action_mode": "one"}] * 2, "tiny", steps=STEPS)
