@@ -7,13 +7,15 @@ default when an id has one) returns it; ``FedSelectVectorEnv(64, preset="default
 their federations, seeds, aggregators, adversaries and action modes may differ as long as the spaces agree).
 
 Each sub-env is a :class:`~fedsel_env.env.FedSelectEnv`; its ``reset`` and ``step`` run as generators
-(``reset_steps`` / ``step_steps``) that yield their local training as a ``TrainRequest``.
-:func:`~fedsel_env.vector_training.drive` advances the E generators in lockstep and trains every
-request of a round in one fused call (:mod:`fedsel_env.vector_training`: all E × K selected clients'
-local SGD of an MLP / logistic regression as one batched computation; other models per sub-env). Everything
-else — action decoding, availability, drop-outs, deadlines, the adversary, aggregation, evaluation, the
-PCA projection, the reward and ``info`` — is each sub-env's own code, so a sub-env's trajectory is the
-single env's with the same seed and config, bit for bit (``tests/test_vector_env.py``).
+(``reset_steps`` / ``step_steps``) that yield their local training as a ``TrainRequest`` and their loss and
+evaluation passes as ``LossRequest`` / ``EvalRequest``. :func:`~fedsel_env.vector_training.drive` advances
+the E generators together, answers the passes first and then trains every request of a round in one fused
+call (:mod:`fedsel_env.vector_training`: all E × K selected clients' local SGD of an MLP / logistic
+regression as one batched computation; other models per sub-env; the passes batched on a GPU). Everything
+else — action decoding, availability, drop-outs, deadlines, the adversary, aggregation, the PCA projection,
+the reward and ``info`` — is each sub-env's own code, so a sub-env's trajectory is the single env's with the
+same seed and config, bit for bit (``tests/test_vector_env.py``). Sub-envs of one config build each
+federation's data once (``fedsel_env.sim.data.SharedBuilds``).
 
 Gymnasium 1.x's vector contract: ``reset(seed=s)`` seeds sub-env i with s + i (or a list of seeds),
 ``options={"reset_mask": mask}`` resets some; the autoreset mode is ``next_step`` by default (the step
@@ -21,7 +23,8 @@ after an episode ends resets that sub-env, ignores its action and returns reward
 truncated), ``same_step`` (the reset observation at once; the last one in ``info["final_obs"]``) or
 ``disabled``; ``info`` is batched with Gymnasium's ``_key`` masks. ``action_masks()`` gives (E, N).
 Actions are checked for every sub-env before any of them moves: a bad action is a ``ValueError`` naming the
-sub-env, and nothing changes.
+sub-env, and nothing changes. ``reset_some`` / ``step_some`` move only the named sub-envs and return their
+results unbatched (``fedsel_eval.vector_episodes`` plays whole episodes per sub-env with them).
 """
 from __future__ import annotations
 
