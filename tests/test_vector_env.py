@@ -239,3 +239,34 @@ def test_cuda_sub_envs_are_the_single_env():
     there) against the single env on the same device."""
     _check_against_single([{"device": "cuda", "system": {"availability": 1.0}}] * 3, "default", steps=4)
     _check_against_single([{"device": "cuda", "action_mode": "one"}] * 2, "tiny", steps=STEPS)
+
+
+def test_shared_builds_give_one_object_and_leave_the_generator_where_a_build_would():
+    """sim/data.py's SharedBuilds: within the block the same config from the same generator state is one
+    FederatedData, and the generator ends where its own build would have left it; outside, builds are fresh.
+    The vector env's sub-envs playing one seed share that federation's data."""
+    from fedsel_env.config import make_config
+    from fedsel_env.sim.data import SharedBuilds, build_federated_data, sharing_builds
+
+    cfg = make_config({}, preset="tiny")
+    alone = np.random.default_rng([7, 1])
+    own = build_federated_data(cfg, alone)
+    shared = SharedBuilds()
+    with sharing_builds(shared):
+        g1, g2 = np.random.default_rng([7, 1]), np.random.default_rng([7, 1])
+        a, b = build_federated_data(cfg, g1), build_federated_data(cfg, g2)
+    assert a is b and a is not own and torch_equal(a.x_train, own.x_train)
+    assert g1.bit_generator.state == g2.bit_generator.state == alone.bit_generator.state
+    assert build_federated_data(cfg, np.random.default_rng([7, 1])) is not a  # outside the block: a fresh build
+
+    venv = FedSelectVectorEnv(3, preset="tiny")
+    venv.reset_some({0: 5, 1: 5, 2: 6})
+    x = [e.federation.trainer.x for e in venv.envs]
+    assert x[0] is x[1] and x[2] is not x[0]
+    venv.close()
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
