@@ -64,6 +64,24 @@ def run_folder(out: Path, sc_name: str, seed: int) -> Path:
     return out / DESIGN / sc_name / f"seed{seed}"
 
 
+def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
+    """The learner's objective on ``cfg.eval_seeds`` (tuning seeds), played through ``fedsel_eval`` (a missed Ω
+    counts as the cap): the learning curve of a training run."""
+    from agents.set_distill import SetDistillAgent
+    from fedsel_env.bench import episode_objective
+    from fedsel_env.env import FedSelectEnv
+    from fedsel_eval.episodes import run_episode
+
+    sc = scenario(cfg.scenario)
+    env = FedSelectEnv(config=cfg.env_config())
+    try:
+        return [episode_objective(sc, run_episode(env, None, int(s),
+                                                  make_policy=lambda spec: SetDistillAgent(spec, model=model)))[0]
+                for s in cfg.eval_seeds]
+    finally:
+        env.close()
+
+
 def part_train(args: argparse.Namespace, deadline: float) -> None:
     for name in args.scenarios:
         for seed in args.train_seeds:
@@ -71,7 +89,7 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
                                 candidates=args.candidates, env_overrides=dict(args.overrides),
                                 eval_seeds=list(TUNING_SEEDS[:5]), eval_every=args.eval_every,
                                 beta_episodes=max(1, (args.episodes or EPISODES[name]) // 6))
-            summary = train(cfg, run_folder(args.out, name, seed), deadline=deadline)
+            summary = train(cfg, run_folder(args.out, name, seed), deadline=deadline, evaluate=greedy_eval)
             print(f"{name} seed {seed}: {summary}", flush=True)
             if time.time() >= deadline:
                 return

@@ -206,6 +206,15 @@ def episode_objective(sc: Scenario, record: Mapping[str, Any]) -> tuple:
     return (float("nan") if value is None else float(value)), False
 
 
+def federation_seed(seed: int) -> int:
+    """The partition seed ``env.reset(seed)`` draws when the config leaves ``federation_seed`` null (the first
+    draw of Gymnasium's ``np_random(seed)``, a PCG64 seeded by ``SeedSequence(seed)``)."""
+    import numpy as np
+
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed))))
+    return int(rng.integers(0, 2**31 - 1, size=5)[0])
+
+
 def normalised_score(random: float, oracle: float, policy: float) -> float:
     """(random − policy) / (random − oracle): 0 at random, 1 at the oracle, the same formula in either direction
     of the objective. NaN when the oracle is level with random (no headroom to normalise by)."""
@@ -214,4 +223,4 @@ def normalised_score(random: float, oracle: float, policy: float) -> float:
 
 
 __all__ = ["BENCH_IDS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS",
-           "episode_objective", "normalised_score", "scenario", "select"]
+           "episode_objective", "federation_seed", "normalised_score", "scenario", "select"]

@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from fedsel_env.bench import Scenario, episode_objective, normalised_score, select
+from fedsel_env.bench import Scenario, episode_objective, federation_seed, normalised_score, select
 
 from .policies import build_policy, parse_policy
 from .run_folder import atomic_write_text, jsonable
@@ -47,14 +47,6 @@ RESAMPLES = 4000
 def config_sha(config: Mapping[str, Any]) -> str:
     """A short hash of a scenario's env config: rows made under another config are not reused."""
     return hashlib.sha256(json.dumps(jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def federation_seed(seed: int) -> int:
-    """The partition seed ``env.reset(seed)`` draws when the config leaves ``federation_seed`` null."""
-    from gymnasium.utils import seeding
-
-    rng, _ = seeding.np_random(int(seed))
-    return int(rng.integers(0, 2**31 - 1, size=5)[0])
 
 
 def reference_policies(sc: Scenario, lookahead: str = "") -> List[str]:

@@ -18,6 +18,16 @@ from fedsel_env.sim.training import BatchedTrainer
 
 from golden import CASES, trajectory
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """The fast and slow paths agree bit for bit at one torch thread (as the env runs them, fedsel_env/threads.py);
+    with two threads torch may split a reduction differently between them, whatever ran before in the process."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 # unequal sizes at B = 4: 301 steps for the largest client per epoch, short clients done early, masked tails
 SIZES = [1203, 57, 333, 10, 1, 96]
 

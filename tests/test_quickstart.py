@@ -99,7 +99,7 @@ def test_script_for_refuses_a_script_it_cannot_edit():
 # -- the README loop with every registered agent -----------------------------------------------------------
 
 def _extra_params(name: str, env) -> dict:
-    """What an agent needs beyond the env: favor and per_client act from a model (an untrained one here)."""
+    """What an agent needs beyond the env: favor, per_client and set_distill act from a model (an untrained one here)."""
     cfg = env.unwrapped.config
     if name == "favor":
         from stable_baselines3 import DQN
@@ -114,6 +114,10 @@ def _extra_params(name: str, env) -> dict:
 
         return {"model": PPO(PerClientActorCriticPolicy, fedsel_env.make_env("tiny"), n_steps=8, batch_size=8,
                              seed=0, device="cpu")}
+    if name == "set_distill":  # a live (untrained) set scorer for this env's observation
+        from agents.set_distill import SetScorer
+
+        return {"model": SetScorer(env.observation_space, hidden=8)}
     if name == "lookahead":  # the planning oracle: two candidates a round, one round deep (seconds, not a minute)
         return {"candidates": 2, "depth": 1, "proposers": ["random"]}
     return {}

@@ -3,7 +3,7 @@
 One training run = one scenario (``fedsel_env/bench.py``), one training seed, a fixed number of episodes,
 each on a new federation. Episode i of training seed s starts from ``env.reset(seed=TRAIN_SEED_BASE +
 10_000·s + i)``: far from the bench's tuning (100–109) and reporting (9000–9029) seeds, and its federation
-(``fedsel_eval.bench.federation_seed``) is checked to be none of theirs.
+(``fedsel_env.bench.federation_seed``) is checked to be none of theirs.
 
 Every round of a training episode:
 
@@ -19,7 +19,7 @@ Every round of a training episode:
 
 Resumable and deterministic: after each episode the run folder gets that episode's rounds as
 ``data/ep<i>.npz`` (written once), the model, the optimiser and the episode count (``checkpoint.pt``, atomic),
-and one line of ``progress.jsonl`` (the learning curve). Every random draw of episode i comes from
+and one line of ``progress.jsonl`` (the learning curve, when the caller gives ``evaluate``). Every random draw of episode i comes from
 ``SeedSequence([seed, i])``, so a resumed run equals an uninterrupted one (``tests/test_set_distill.py``).
 """
 from __future__ import annotations
@@ -51,7 +51,8 @@ class DistillConfig:
     :param episodes: training episodes (each a new federation).
     :param candidates: M, the oracle's candidates per round (the bench's oracle uses 16).
     :param beta_episodes: episodes over which the oracle's share of the played rounds falls from 1 to 0.
-    :param eval_every: every this many episodes (and at the end) the greedy learner plays ``eval_seeds``.
+    :param eval_every: every this many episodes (and at the end) the greedy learner plays ``eval_seeds``
+        (through ``train``'s ``evaluate``).
     :param eval_seeds: seeds of that learning curve (the bench's tuning seeds; never the reporting ones).
     :param env_overrides: env-config fields over the scenario's (e.g. a smaller ``max_rounds`` for a test).
     """
@@ -104,7 +105,7 @@ class DistillConfig:
 def check_training_seeds(cfg: DistillConfig) -> None:
     """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
     from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS
-    from fedsel_eval.bench import federation_seed
+    from fedsel_env.bench import federation_seed
 
     held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
     for i in range(cfg.episodes):
@@ -179,27 +180,16 @@ def _load_shard(path: Path) -> List[Dict[str, np.ndarray]]:
 
 
 # ------------------------------------------------------------------------------------------ one run
-def greedy_eval(model: SetScorer, cfg: DistillConfig, seeds: Sequence[int]) -> List[float]:
-    """The learner's objective on ``seeds`` (the scenario's objective; a missed Ω counts as the cap)."""
-    from fedsel_env.bench import episode_objective, scenario
-    from fedsel_env.env import FedSelectEnv
-    from fedsel_eval.episodes import run_episode
-
-    sc = scenario(cfg.scenario)
-    env = FedSelectEnv(config=cfg.env_config())
-    try:
-        return [episode_objective(sc, run_episode(env, None, int(s),
-                                                  make_policy=lambda spec: SetDistillAgent(spec, model=model)))[0]
-                for s in seeds]
-    finally:
-        env.close()
-
-
 def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
-          deadline: float = math.inf) -> Dict[str, Any]:
+          deadline: float = math.inf, stop_after: Optional[int] = None,
+          evaluate: Optional[Callable[[SetScorer, DistillConfig], List[float]]] = None) -> Dict[str, Any]:
     """Train (or resume) ``cfg``'s run in ``folder``; return its summary (also ``summary.json``).
 
     :param deadline: ``time.time()`` after which no new episode starts (the run resumes from there later).
+    :param stop_after: play at most this many episodes in this call (a chunk; the run resumes from there later).
+    :param evaluate: the learning curve: ``evaluate(model, cfg)`` → the learner's objective on ``cfg.eval_seeds``,
+        called every ``eval_every`` episodes (``experiments/bench_learned.py`` plays them through ``fedsel_eval``);
+        None: no curve.
     :raises ValueError: when ``folder`` holds a run of another config.
     """
     from agents.lookahead import LookaheadOracle
@@ -236,7 +226,7 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     meta = {"pca_components": int(spec.pca_components), "n_features": n_features, "hidden": cfg.hidden,
             "scenario": sc.name, "seed": cfg.seed, "design": "set_distill"}
     for i in range(start, cfg.episodes):
-        if time.time() >= deadline:
+        if time.time() >= deadline or (stop_after is not None and i - start >= stop_after):
             break
         t0 = time.perf_counter()
         ep_rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, i]))
@@ -282,9 +272,9 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
                "learner_best": float(np.mean([r < 1e-12 for r in regrets])) if regrets else None,
                "loss": float(np.mean(losses)) if losses else None, "div_weight": float(model.div_weight.detach()),
                "oracle_rounds": int(oracle.planned_rounds), "wall_s": round(time.perf_counter() - t0, 3)}
-        if (i + 1) % cfg.eval_every == 0 or i + 1 == cfg.episodes:
+        if evaluate is not None and ((i + 1) % cfg.eval_every == 0 or i + 1 == cfg.episodes):
             model.eval()
-            vals = greedy_eval(model, cfg, cfg.eval_seeds)
+            vals = [float(v) for v in evaluate(model, cfg)]
             row["eval_mean"] = float(np.mean(vals))
             row["eval_values"] = vals
         save_model(model, folder, {**meta, "episodes": i + 1})
@@ -306,5 +296,5 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     return summary
 
 
-__all__ = ["DistillConfig", "RoundBuffer", "TRAIN_SEED_BASE", "check_training_seeds", "greedy_eval",
+__all__ = ["DistillConfig", "RoundBuffer", "TRAIN_SEED_BASE", "check_training_seeds",
            "ranking_loss", "train"]
