@@ -37,7 +37,12 @@ from fedsel_eval.bench import reference_policies, reference_rows, run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
-DESIGN = "set_distill"
+#: the learned designs: ``set_distill`` (DAgger from the oracle) and ``pc_dqn`` (the per-client Double DQN of
+#: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
+DESIGNS = ("set_distill", "pc_dqn")
+#: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
+PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 100_000, "Stragglers": 100_000, "Churn": 100_000}
+PC_DQN_ENVS = 16
 TRAIN_SEEDS = (0, 1, 2)
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
 #: differ: chosen so that one training seed takes at most ~30 min on this machine; docs/TRAINING.md)
@@ -60,8 +65,29 @@ def best_heuristic(sc_name: str, rows: Sequence[Mapping[str, Any]]) -> str:
     return pick(sorted(means), key=lambda p: float(np.mean(means[p])))
 
 
-def run_folder(out: Path, sc_name: str, seed: int) -> Path:
-    return out / DESIGN / sc_name / f"seed{seed}"
+def run_folder(out: Path, sc_name: str, seed: int, design: str = "set_distill") -> Path:
+    return out / design / sc_name / f"seed{seed}"
+
+
+def training_summary(out: Path, sc_name: str, seed: int, design: str) -> Optional[Dict[str, Any]]:
+    """A finished training run's cost (None while it is not finished): wall seconds, env rounds, oracle rounds."""
+    folder = run_folder(out, sc_name, seed, design)
+    if design == "set_distill":
+        path = folder / "summary.json"
+        summ = json.loads(path.read_text()) if path.is_file() else None
+        return summ if summ and summ["complete"] else None
+    import yaml
+
+    path = folder / "summary.yaml"
+    if not path.is_file():
+        return None
+    summ = yaml.safe_load(path.read_text())
+    args = yaml.safe_load((folder / "args.yaml").read_text())
+    if summ["num_timesteps"] < int(args["n_timesteps"]):
+        return None
+    k = scenario(sc_name).config["clients_per_round"]
+    return {"train_seconds": float(summ["train_seconds_this_call"]), "env_rounds": int(summ["num_timesteps"]) // k,
+            "oracle_rounds": 0, "episodes_done": None, "env_steps": int(summ["num_timesteps"])}
 
 
 def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
@@ -82,9 +108,38 @@ def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
         env.close()
 
 
+def train_pc_dqn(args: argparse.Namespace, name: str, seed: int) -> None:
+    """``train_agent.py --algo pc_dqn`` on the scenario (its own PCA width, so the model deploys on it unchanged),
+    a new federation every episode, ``PC_DQN_ENVS`` sub-envs of the batched vector env; resumes a cut run."""
+    import subprocess
+
+    from fedsel_env.config import DEFAULT_CONFIG
+    from fedsel_env.spec import SelectionSpec
+
+    cfg = {**DEFAULT_CONFIG, **scenario(name).env_config()}
+    cfg.update(args.overrides)
+    folder = run_folder(args.out, name, seed, "pc_dqn")
+    steps = args.steps or PC_DQN_STEPS[name]
+    cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", "pc_dqn", "--env", scenario(name).env_id,
+           "--n-envs", str(PC_DQN_ENVS), "--vec-env", "batched", "-n", str(steps), "--seed", str(seed),
+           "--runs-dir", str(folder.parent), "--name", folder.name, "--no-progress-bar", "--eval-freq", "0",
+           "--env-kwargs", f"pca_components={SelectionSpec.pca_width(cfg)}",
+           *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]]
+    if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
+        cmd.append("--resume")
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
 def part_train(args: argparse.Namespace, deadline: float) -> None:
     for name in args.scenarios:
         for seed in args.train_seeds:
+            if time.time() >= deadline:
+                return
+            if args.design == "pc_dqn":
+                if training_summary(args.out, name, seed, "pc_dqn") is None:
+                    train_pc_dqn(args, name, seed)
+                print(f"{name} seed {seed}: {training_summary(args.out, name, seed, 'pc_dqn')}", flush=True)
+                continue
             cfg = DistillConfig(scenario=name, seed=seed, episodes=args.episodes or EPISODES[name],
                                 candidates=args.candidates, env_overrides=dict(args.overrides),
                                 eval_seeds=list(TUNING_SEEDS[:5]), eval_every=args.eval_every,
@@ -95,23 +150,29 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
                 return
 
 
-def _policy_text(args: argparse.Namespace, name: str, seed: int) -> str:
-    return f"{DESIGN}_s{seed}={DESIGN}:model={run_folder(args.out, name, seed)}"
+def _policy_text(args: argparse.Namespace, name: str, seed: int, design: str) -> str:
+    folder = run_folder(args.out, name, seed, design)
+    return f"{design}_s{seed}=" + (f"set_distill:model={folder}" if design == "set_distill" else str(folder))
+
+
+def trained_designs(args: argparse.Namespace, name: str) -> List[str]:
+    """The designs whose every training seed has finished on ``name``."""
+    return [d for d in DESIGNS if all(training_summary(args.out, name, s, d) for s in args.train_seeds)]
 
 
 def part_eval(args: argparse.Namespace, deadline: float) -> None:
     ref = reference_rows()
     for name in args.scenarios:
         sc = scenario(name)
-        missing = [s for s in args.train_seeds if not (run_folder(args.out, name, s) / "summary.json").is_file()
-                   or not json.loads((run_folder(args.out, name, s) / "summary.json").read_text())["complete"]]
-        if missing:
-            print(f"{name}: training seeds {missing} are not trained to the end yet: left out of this evaluation")
+        designs = trained_designs(args, name)
+        if not designs:
+            print(f"{name}: no design has all its training seeds trained to the end yet: nothing to evaluate")
             continue
         cfg = sc.env_config()
         cfg.update(args.overrides)
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
-        policies = [*reference_policies(sc), best, *[_policy_text(args, name, s) for s in args.train_seeds]]
+        policies = [*reference_policies(sc), best,
+                    *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]]
         run_scenario(args.out / "eval" / name, sc, policies, args.seeds, cfg, deadline, ref,
                      log=lambda line: print(line, flush=True))
 
@@ -120,11 +181,13 @@ def build_record(args: argparse.Namespace) -> records.Record:
     """The record: every reporting episode of every model, and of random, the best heuristic and the oracle."""
     ref = reference_rows()
     rec = records.Record("bench_learned", config={
-        "design": DESIGN, "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
-        "episodes": {n: (args.episodes or EPISODES[n]) for n in args.scenarios}, "candidates": args.candidates,
+        "designs": list(DESIGNS), "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
+        "set_distill_episodes": {n: (args.episodes or EPISODES[n]) for n in args.scenarios},
+        "set_distill_candidates": args.candidates, "pc_dqn_steps": dict(PC_DQN_STEPS), "pc_dqn_envs": PC_DQN_ENVS,
         "overrides": dict(args.overrides)})
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
-                      note="the report: trained models' episodes played and every episode gathered at this commit")
+                      note="the report: every episode gathered (and any missing one played) at this commit; the "
+                           "models' own episodes were played by `--part eval` (runs/bench_learned/eval/)")
     leaderboard = []
     for name in args.scenarios:
         sc = scenario(name)
@@ -133,55 +196,61 @@ def build_record(args: argparse.Namespace) -> records.Record:
             continue
         rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
-        want = {"random", "lookahead", best, *[f"{DESIGN}_s{s}" for s in args.train_seeds]}
         seeds = set(args.seeds)
         by_key = {}
         for r in [*ref, *rows]:
-            if r["scenario"] == name and r["policy"] in want and r["seed"] in seeds:
+            if r["scenario"] == name and r["seed"] in seeds:
                 by_key[(r["policy"], r["seed"])] = r
-        # only complete scenarios are reported: every policy on every seed
-        if len(by_key) != len(want) * len(seeds):
-            print(f"{name}: {len(by_key)} of {len(want) * len(seeds)} episodes so far: not reported yet")
+        designs = [d for d in trained_designs(args, name)
+                   if all((f"{d}_s{t}", s) in by_key for t in args.train_seeds for s in seeds)]
+        if not designs or not all((p, s) in by_key for p in ("random", "lookahead", best) for s in seeds):
+            print(f"{name}: not every policy has played every reporting seed yet: not reported")
             continue
+        want = {"random", "lookahead", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]}
         for (pol, seed), r in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            learned = pol.startswith(DESIGN + "_s")
-            rec.add_row(chunk, scenario=name, policy=DESIGN if learned else pol,
-                        role="learned" if learned else ("best_heuristic" if pol == best else pol),
-                        training_seed=int(pol.rsplit("_s", 1)[1]) if learned else None, seed=seed,
+            if pol not in want:
+                continue
+            design = pol.rsplit("_s", 1)[0] if pol not in ("random", "lookahead", best) else None
+            rec.add_row(chunk, scenario=name, policy=design or pol,
+                        role="learned" if design else ("best_heuristic" if pol == best else pol),
+                        training_seed=int(pol.rsplit("_s", 1)[1]) if design else None, seed=seed,
                         objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
                         sim_time=r["sim_time"], final_accuracy=r["final_accuracy"], acc_worst10=r["acc_worst10"],
                         wall_time_s=r["wall_time_s"], config_sha=r["config_sha"])
-        for s in args.train_seeds:
-            summ = json.loads((run_folder(args.out, name, s) / "summary.json").read_text())
-            rec.add_row(chunk, scenario=name, design=DESIGN, role="training", training_seed=s,
-                        train_seconds=summ["train_seconds"], env_rounds=summ["env_rounds"],
-                        oracle_rounds=summ["oracle_rounds"], episodes=summ["episodes_done"])
         w = {"scenario": name}
         ep = {**w, "role": ["learned", "random", "lookahead", "best_heuristic"]}  # episode rows, not training rows
         mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value",
-                                 where={**ep, "policy": p}) for p in ("random", "lookahead", best, DESIGN)}
-        diffs = {}
-        for ref_pol, tag in (("random", "random"), (best, "best_heuristic")):
-            diffs[tag] = rec.summarise(f"{name}: {DESIGN} − {tag} ({ref_pol}), paired by seed", "paired_t", "value",
-                                       where={**ep, "policy": DESIGN}, minus={**ep, "policy": ref_pol})
-            rec.summarise(f"{name}: {DESIGN} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
-                          "value", where={**ep, "policy": DESIGN}, minus={**ep, "policy": ref_pol})
-        train_s = rec.summarise(f"{name}: training wall seconds per training seed", "mean", "train_seconds",
-                                where={**w, "role": "training"})
-        env_rounds = rec.summarise(f"{name}: env rounds per training seed", "mean", "env_rounds",
-                                   where={**w, "role": "training"})
-        lo, hi = diffs["best_heuristic"]["lo"], diffs["best_heuristic"]["hi"]
-        better = (hi < 0) if sc.lower_is_better else (lo > 0)
-        leaderboard.append({
-            "scenario": name, "policy": DESIGN, "learned": True, "objective": sc.objective,
-            "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": mean[DESIGN],
-            "normalised": normalised_score(mean["random"], mean["lookahead"], mean[DESIGN]),
-            "best_heuristic_normalised": normalised_score(mean["random"], mean["lookahead"], mean[best]),
-            "delta_vs_random_ci": [diffs["random"]["lo"], diffs["random"]["hi"]],
-            "delta_vs_random": diffs["random"]["mean"],
-            "delta_vs_best_heuristic": diffs["best_heuristic"]["mean"],
-            "delta_vs_best_heuristic_ci": [lo, hi], "beats_best_heuristic": bool(better),
-            "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
+                                 where={**ep, "policy": p}) for p in ("random", "lookahead", best)}
+        for design in designs:
+            for t in args.train_seeds:
+                summ = training_summary(args.out, name, t, design)
+                rec.add_row(chunk, scenario=name, design=design, role="training", training_seed=t,
+                            train_seconds=summ["train_seconds"], env_rounds=summ["env_rounds"],
+                            oracle_rounds=summ["oracle_rounds"])
+            mean[design] = rec.summarise(f"{name}: {design} mean {sc.objective}", "mean", "value",
+                                         where={**ep, "policy": design})
+            diffs = {}
+            for ref_pol, tag in (("random", "random"), (best, "best_heuristic")):
+                diffs[tag] = rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), paired by seed", "paired_t",
+                                           "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
+                rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
+                              "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
+            tw = {**w, "role": "training", "design": design}
+            train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
+                                    "train_seconds", where=tw)
+            env_rounds = rec.summarise(f"{name}: {design} env rounds per training seed", "mean", "env_rounds", where=tw)
+            lo, hi = diffs["best_heuristic"]["lo"], diffs["best_heuristic"]["hi"]
+            better = (hi < 0) if sc.lower_is_better else (lo > 0)
+            leaderboard.append({
+                "scenario": name, "policy": design, "learned": True, "objective": sc.objective,
+                "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": mean[design],
+                "normalised": normalised_score(mean["random"], mean["lookahead"], mean[design]),
+                "best_heuristic_normalised": normalised_score(mean["random"], mean["lookahead"], mean[best]),
+                "delta_vs_random_ci": [diffs["random"]["lo"], diffs["random"]["hi"]],
+                "delta_vs_random": diffs["random"]["mean"],
+                "delta_vs_best_heuristic": diffs["best_heuristic"]["mean"],
+                "delta_vs_best_heuristic_ci": [lo, hi], "beats_best_heuristic": bool(better),
+                "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
     rec.notes["reading"] = ("normalised = (random − policy) / (random − oracle) of the means over the reporting "
@@ -192,14 +261,14 @@ def build_record(args: argparse.Namespace) -> records.Record:
 
 
 def table(rec: records.Record) -> str:
-    lines = ["| scenario | objective | best heuristic | learned mean | normalised (heuristic's) | Δ vs random [95% CI] "
+    lines = ["| scenario | design | objective | best heuristic | learned mean | normalised (heuristic's) | Δ vs random [95% CI] "
              "| Δ vs best heuristic [95% CI] | beats it | training per seed |",
-             "|---|---|---|---:|---:|---:|---:|---|---:|"]
+             "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
     for e in rec.notes["leaderboard"]:
         arrow = "↓" if e["lower_is_better"] else "↑"
         f = ".3f" if e["objective"] == "acc_worst10" else ".1f"
         lines.append(
-            f"| {e['scenario']} | {e['objective']} {arrow} | `{e['best_heuristic']}` | {e['mean']:{f}} | "
+            f"| {e['scenario']} | `{e['policy']}` | {e['objective']} {arrow} | `{e['best_heuristic']}` | {e['mean']:{f}} | "
             f"{_num(e['normalised'])} ({_num(e['best_heuristic_normalised'])}) | {e['delta_vs_random']:+{f}} "
             f"[{e['delta_vs_random_ci'][0]:+{f}}, {e['delta_vs_random_ci'][1]:+{f}}] | "
             f"{e['delta_vs_best_heuristic']:+{f}} [{e['delta_vs_best_heuristic_ci'][0]:+{f}}, "
@@ -218,6 +287,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
+    p.add_argument("--design", choices=DESIGNS, default="set_distill", help="what --part train trains")
+    p.add_argument("--steps", type=int, default=None, help="pc_dqn's training steps (default: PC_DQN_STEPS)")
     p.add_argument("--episodes", type=int, default=None, help="training episodes (default: EPISODES per scenario)")
     p.add_argument("--candidates", type=int, default=16, help="the oracle's candidates per round (default 16)")
     p.add_argument("--eval-every", type=int, default=50, help="learning-curve evaluation every N episodes")
