@@ -235,6 +235,14 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                            "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
                 rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
                               "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
+            if design == "set_distill":  # its learning curve: greedy objective on tuning seeds, regret to the oracle
+                for t in args.train_seeds:
+                    prog = run_folder(args.out, name, t) / "progress.jsonl"
+                    for line in prog.read_text().splitlines():
+                        r = json.loads(line)
+                        rec.add_row(chunk, scenario=name, design=design, role="curve", training_seed=t,
+                                    episode=r["episode"], regret=r["regret"], learner_best=r["learner_best"],
+                                    beta=r["beta"], tuning_objective=r.get("eval_mean"))
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
                                     "train_seconds", where=tw)
@@ -258,6 +266,39 @@ def build_record(args: argparse.Namespace) -> records.Record:
                             "learned policy's value averaged over its training seeds; 'beats_best_heuristic': the "
                             "95% t CI lies on the better side of 0")
     return rec
+
+
+def plot_curves(rec: records.Record, path: Path) -> Path:
+    """set_distill's learning curves from the record: the greedy learner's objective on the tuning seeds and its
+    regret to the best of the oracle's candidates (per training episode, a 20-episode running mean)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [e["scenario"] for e in rec.notes["leaderboard"] if e["policy"] == "set_distill"]
+    fig, axes = plt.subplots(2, max(len(names), 1), figsize=(4.2 * max(len(names), 1), 6.5), squeeze=False)
+    for j, name in enumerate(names):
+        entry = next(e for e in rec.notes["leaderboard"] if e["scenario"] == name and e["policy"] == "set_distill")
+        for t in sorted({r["training_seed"] for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name}):
+            rows = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r["training_seed"] == t]
+            ev = [(r["episode"], r["tuning_objective"]) for r in rows if r["tuning_objective"] is not None]
+            axes[0, j].plot(*zip(*ev), marker="o", label=f"training seed {t}")
+            reg = np.array([r["regret"] if r["regret"] is not None else np.nan for r in rows], dtype=float)
+            if reg.size >= 20:
+                axes[1, j].plot([r["episode"] for r in rows][19:], np.convolve(np.nan_to_num(reg), np.ones(20) / 20, "valid"))
+        axes[0, j].axhline(entry["mean"], color="k", ls=":", lw=1, label="learned, reporting seeds")
+        axes[0, j].set_title(f"{name}: {entry['objective']} ({'↓' if entry['lower_is_better'] else '↑'})")
+        axes[0, j].set_xlabel("training episode")
+        axes[0, j].set_ylabel("greedy learner, tuning seeds 100–104")
+        axes[1, j].set_xlabel("training episode")
+        axes[1, j].set_ylabel("regret to the oracle's best candidate")
+        axes[0, j].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
 
 
 def table(rec: records.Record) -> str:
@@ -319,6 +360,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py", *(argv or sys.argv[1:])])})
         if not args.smoke and not args.no_publish and rec.notes["leaderboard"]:
             rec.write(RESULT)
+            plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
 
 
