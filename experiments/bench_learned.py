@@ -41,7 +41,7 @@ RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
 #: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
 DESIGNS = ("set_distill", "pc_dqn")
 #: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
-PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 100_000, "Stragglers": 100_000, "Churn": 100_000}
+PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000}
 PC_DQN_ENVS = 16
 TRAIN_SEEDS = (0, 1, 2)
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
