@@ -33,7 +33,7 @@ import numpy as np
 from agents.training.set_distill import DistillConfig, train
 from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, TUNING_SEEDS, normalised_score, scenario
 from fedsel_eval import records
-from fedsel_eval.bench import reference_policies, reference_rows, run_scenario
+from fedsel_eval.bench import reference_policies, reference_rows, run_scenario, splice_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
@@ -361,6 +361,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not args.smoke and not args.no_publish and rec.notes["leaderboard"]:
             rec.write(RESULT)
             plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
+            splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+
+from fedsel_eval.bench import splice_doc  # noqa: E402
 
 from experiments.common import provenance, threads_to_one  # noqa: E402
 
@@ -161,7 +162,7 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     record.write(RESULTS)
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     plot_leaderboard(summaries, FIGURE)
-    splice(DOC, "reference", table)
+    splice_doc(DOC, "reference", table)
 
 
 def to_record(doc: Mapping[str, Any]):
@@ -266,15 +267,6 @@ def reference_table(doc: Mapping[str, Any]) -> str:
 
 def _num(x: Any) -> float:
     return -math.inf if x is None or not math.isfinite(float(x)) else float(x)
-
-
-def splice(doc: Path, name: str, text: str) -> None:
-    """Put ``text`` between ``<!-- bench:<name> begin -->`` and ``<!-- bench:<name> end -->`` in ``doc``."""
-    begin, end = f"<!-- bench:{name} begin -->", f"<!-- bench:{name} end -->"
-    old = doc.read_text() if doc.is_file() else ""
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    doc.write_text(pat.sub(lambda _m: block, old) if pat.search(old) else old.rstrip() + "\n\n" + block + "\n")
 
 
 def main(argv: Sequence[str] = None) -> None:

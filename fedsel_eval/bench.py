@@ -49,6 +49,18 @@ def config_sha(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def splice_doc(doc: Path, name: str, text: str) -> None:
+    """Put ``text`` between ``<!-- bench:<name> begin -->`` and ``<!-- bench:<name> end -->`` in ``doc`` (appended
+    with the markers when they are not there yet), the file replaced atomically."""
+    import re
+
+    begin, end = f"<!-- bench:{name} begin -->", f"<!-- bench:{name} end -->"
+    old = doc.read_text() if doc.is_file() else ""
+    block = f"{begin}\n{text.rstrip()}\n{end}"
+    pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    atomic_write_text(doc, pat.sub(lambda _m: block, old) if pat.search(old) else old.rstrip() + "\n\n" + block + "\n")
+
+
 def reference_policies(sc: Scenario, lookahead: str = "") -> List[str]:
     """random and the oracle, scored by the scenario's objective (``lookahead`` adds parameters)."""
     extra = f",{lookahead}" if lookahead else ""
