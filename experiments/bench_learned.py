@@ -177,6 +177,67 @@ def part_eval(args: argparse.Namespace, deadline: float) -> None:
                      log=lambda line: print(line, flush=True))
 
 
+def larger_config(name: str, factor: int = 2) -> Dict[str, Any]:
+    """The scenario at ``factor`` × N (a per-client list such as Churn's availability repeated), keeping the PCA
+    width the models were trained with (no weight of theirs depends on N, but the token's width does)."""
+    from fedsel_env.config import DEFAULT_CONFIG
+    from fedsel_env.spec import SelectionSpec
+
+    cfg = scenario(name).env_config()
+    d = SelectionSpec.pca_width({**DEFAULT_CONFIG, **cfg})
+    cfg["num_clients"] = factor * int(cfg["num_clients"])
+    system = dict(cfg.get("system", {}))
+    if isinstance(system.get("availability"), list):
+        system["availability"] = list(system["availability"]) * factor
+        cfg["system"] = system
+    cfg["pca_components"] = d
+    return cfg
+
+
+def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
+    """set_distill's models at 2 × the N they were trained at, beside random and the best heuristic (same seeds)."""
+    ref = reference_rows()
+    for name in args.scenarios:
+        if "set_distill" not in trained_designs(args, name):
+            continue
+        sc = scenario(name)
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
+        policies = ["random", best, *[_policy_text(args, name, s, "set_distill") for s in args.train_seeds]]
+        cfg = larger_config(name)
+        cfg.update(args.overrides)
+        run_scenario(args.out / "eval_2n" / name, sc, policies, args.seeds, cfg, deadline, (),
+                     log=lambda line: print(line, flush=True))
+
+
+def add_larger_n(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
+    """Rows and paired differences of ``part_larger_n``'s episodes (scenarios where all of them are there)."""
+    ref = reference_rows()
+    for name in args.scenarios:
+        path = args.out / "eval_2n" / name / "episodes.jsonl"
+        if not path.is_file():
+            continue
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
+        pols = ["random", best, *[f"set_distill_s{t}" for t in args.train_seeds]]
+        if not all((p, s) in rows for p in pols for s in args.seeds):
+            continue
+        n = larger_config(name)["num_clients"]
+        for p in pols:
+            for s in args.seeds:
+                r = rows[(p, s)]
+                learned = p.startswith("set_distill")
+                rec.add_row(chunk, scenario=name, num_clients=n, role="larger_n", policy="set_distill" if learned else p,
+                            training_seed=int(p.rsplit("_s", 1)[1]) if learned else None, seed=s,
+                            objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
+        w = {"scenario": name, "role": "larger_n"}
+        for ref_pol in ("random", best):
+            rec.summarise(f"{name} at N = {n}: set_distill − {ref_pol}, paired by seed", "paired_t", "value",
+                          where={**w, "policy": "set_distill"}, minus={**w, "policy": ref_pol})
+        for p in ("random", best, "set_distill"):
+            rec.summarise(f"{name} at N = {n}: {p} mean {scenario(name).objective}", "mean", "value",
+                          where={**w, "policy": p})
+
+
 def build_record(args: argparse.Namespace) -> records.Record:
     """The record: every reporting episode of every model, and of random, the best heuristic and the oracle."""
     ref = reference_rows()
@@ -259,6 +320,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 "delta_vs_best_heuristic": diffs["best_heuristic"]["mean"],
                 "delta_vs_best_heuristic_ci": [lo, hi], "beats_best_heuristic": bool(better),
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
+    add_larger_n(rec, args, chunk)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
     rec.notes["reading"] = ("normalised = (random − policy) / (random − oracle) of the means over the reporting "
@@ -318,13 +380,33 @@ def table(rec: records.Record) -> str:
     return "\n".join(lines)
 
 
+def larger_table(rec: records.Record) -> str:
+    """set_distill at 2 × N: means and paired differences (from the record's summaries)."""
+    lines = ["| scenario | N (trained at) | random | best heuristic | set_distill | set_distill − random [95% CI] "
+             "| set_distill − best heuristic [95% CI] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in rec.config.get("scenarios", []) or sorted({r["scenario"] for r in rec.rows if r.get("role") == "larger_n"}):
+        rows = [r for r in rec.rows if r.get("role") == "larger_n" and r["scenario"] == name]
+        if not rows:
+            continue
+        n, obj = rows[0]["num_clients"], rows[0]["objective"]
+        best = next(r["policy"] for r in rows if r["policy"] not in ("random", "set_distill"))
+        f = ".3f" if obj == "acc_worst10" else ".1f"
+        v = {p: rec.value(f"{name} at N = {n}: {p} mean {obj}") for p in ("random", best, "set_distill")}
+        d = {p: rec.value(f"{name} at N = {n}: set_distill − {p}, paired by seed") for p in ("random", best)}
+        cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
+        lines.append(f"| {name} | {n} ({scenario(name).config['num_clients']}) | {v['random']:{f}} | `{best}` "
+                     f"{v[best]:{f}} | {v['set_distill']:{f}} | {cell(d['random'])} | {cell(d[best])} |")
+    return "\n".join(lines)
+
+
 def _num(x: Any) -> str:
     return "—" if x is None else f"{x:+.2f}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "report", "all"), default="all")
+    p.add_argument("--part", choices=("train", "eval", "larger_n", "report", "all"), default="all",
+                   help="larger_n: set_distill's models at 2 × N (the PCA width they were trained with)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
@@ -355,6 +437,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         part_train(args, deadline)
     if args.part in ("eval", "all"):
         part_eval(args, deadline)
+    if args.part in ("larger_n", "all"):
+        part_larger_n(args, deadline)
     if args.part in ("report", "all"):
         rec = build_record(args)
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py", *(argv or sys.argv[1:])])})
@@ -362,7 +446,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             rec.write(RESULT)
             plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
+            splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
+        print(larger_table(rec))
 
 
 if __name__ == "__main__":
