@@ -50,7 +50,7 @@ def simulate(strategy: FedSelectStrategy, env: FedSelectEnv, tmp_path: Path) -> 
     link = Path(tempfile.gettempdir() if len(tempfile.gettempdir()) < 20 else "/tmp") / f"fsr{os.getpid()}"
     link.symlink_to(ray_tmp, target_is_directory=True)
     try:
-        run_simulation(server_app=make_server_app(strategy, ROUNDS, initial_arrays=w0, timeout=60),
+        run_simulation(server_app=make_server_app(strategy, ROUNDS, initial_arrays=w0, timeout=300),
                        client_app=make_client_app(), num_supernodes=env.num_clients,
                        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                                        "init_args": {"num_cpus": 2, "_temp_dir": str(link)}})
@@ -81,7 +81,7 @@ def test_flower_round(tmp_path, monkeypatch):
     env = FedSelectEnv(config=cfg)
     env_obs, _ = env.reset(seed=3)
     fed = env.federation
-    strategy = FedSelectStrategy(cfg, agent="rpow_d", agent_seed=0, train_seed=fed.train_seed, timeout=60)
+    strategy = FedSelectStrategy(cfg, agent="rpow_d", agent_seed=0, train_seed=fed.train_seed, timeout=300)
     simulate(strategy, env, tmp_path)
     check_trained_as_chosen(strategy, env)
 
@@ -149,7 +149,7 @@ def test_flower_round_per_client(per_client_models, tmp_path, monkeypatch):
     env = FedSelectEnv(config=cfg)
     env.reset(seed=3)
     strategy = FedSelectStrategy(cfg, agent="per_client", agent_params={"model_path": per_client_models},
-                                 train_seed=env.federation.train_seed, timeout=60)
+                                 train_seed=env.federation.train_seed, timeout=300)
     simulate(strategy, env, tmp_path)
     assert isinstance(strategy.agent, PerClientAgent) and len(strategy.agent.members) == 2
     check_trained_as_chosen(strategy, env)
