@@ -303,7 +303,18 @@ def build_record(args: argparse.Namespace) -> records.Record:
                         r = json.loads(line)
                         rec.add_row(chunk, scenario=name, design=design, role="curve", training_seed=t,
                                     episode=r["episode"], regret=r["regret"], learner_best=r["learner_best"],
-                                    beta=r["beta"], tuning_objective=r.get("eval_mean"))
+                                    beta=r["beta"], div_weight=r["div_weight"], tuning_objective=r.get("eval_mean"))
+                last = args.episodes or EPISODES[name]
+                tail = {"scenario": name, "role": "curve", "episode": list(range(last - 49, last + 1))}
+                rec.summarise(f"{name}: set_distill's pick the best candidate, share of rounds, last 50 episodes",
+                              "mean", "learner_best", where=tail)
+                rec.summarise(f"{name}: set_distill's regret to the best candidate, last 50 episodes", "mean",
+                              "regret", where=tail)
+                end = {"scenario": name, "role": "curve", "episode": last}
+                rec.summarise(f"{name}: set_distill's diversity weight w at the end, lowest", "min", "div_weight", where=end)
+                rec.summarise(f"{name}: set_distill's diversity weight w at the end, highest", "max", "div_weight", where=end)
+                rec.summarise(f"{name}: set_distill's tuning-seed objective at the end", "t_interval",
+                              "tuning_objective", where=end)
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
                                     "train_seconds", where=tw)

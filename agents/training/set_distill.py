@@ -170,7 +170,11 @@ def _save_shard(path: Path, rounds: Sequence[Dict[str, np.ndarray]]) -> None:
     for i, r in enumerate(rounds):
         for key, a in r.items():
             arrays[f"{i}_{key}"] = a
-    atomic_save(lambda tmp: np.savez(open(tmp, "wb"), **arrays), path)
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # closed (and flushed) before the rename
+            np.savez(f, **arrays)
+
+    atomic_save(write, path)
 
 
 def _load_shard(path: Path) -> List[Dict[str, np.ndarray]]:
@@ -207,8 +211,7 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     check_training_seeds(cfg)
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
-    obs, _ = env.reset(seed=cfg.episode_seed(0))
-    spec = env.selection_spec
+    spec = env.selection_spec  # the problem's shape, known before any reset (each episode resets below)
     k, n_features = spec.clients_per_round, len(spec.client_features)
     th.manual_seed(cfg.seed)
     model = SetScorer(env.observation_space, hidden=cfg.hidden)
