@@ -12,7 +12,9 @@ Part 1 — a digits round (K MLP clients 64-64-10, 80 samples each, batch 10, on
 - ``floor``: the probe's hand-written step replayed from one CUDA graph (no plan, no gather).
 
 Part 2 — FAVOR's Fashion-MNIST local round (``favor_cnn``, K = 10 clients × 600 samples, 5 epochs at
-batch 10: 300 vmapped steps), captured against eager; random inputs (the speed does not depend on them).
+batch 10: 300 steps; K = 100: the reset's profiling round), with the env's deterministic settings: captured
+with the CNN step through ``stacked_net`` (the CUDA default; fp32, and with TF32 matrix products), captured
+through ``vmap(grad)`` (``FEDSEL_CNN_STEP=vmap``), and eager; random inputs (the speed does not depend on them).
 
 Each figure is the median of ``--repeats`` rounds after a warm-up round (which captures the graphs).
 
@@ -108,6 +110,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--favor-repeats", type=int, default=5)
     ap.add_argument("--skip-favor", action="store_true")
+    ap.add_argument("--favor-ks", type=int, nargs="+", default=[10, 100],
+                    help="FAVOR rounds of K clients (10: a round; 100: the reset's profiling round)")
     ap.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke run of this script")
     args = ap.parse_args()
     global DEVICE
@@ -137,24 +141,38 @@ def main() -> None:
               f"{t_floor * 1e3:.3f} | {t_cap / t_floor:.1f}x |", flush=True)
     if args.skip_favor:
         return
-    print(f"\n# FAVOR's local round: favor_cnn, K = 10 x 600 samples, 5 epochs, batch 10 (300 steps); median of "
-          f"{args.favor_repeats}, s")
-    for label, captured in (("captured", True), ("eager", False)):
-        tr, w0 = _trainer("favor_cnn", (1, 28, 28), 10, 600, 5, captured=captured)
-        clients = list(range(10))
-        times = []
-        for r in range(args.favor_repeats + 1):  # round 0 captures the graphs
-            _sync()
-            t = time.perf_counter()
-            tr.train(w0, clients, [np.random.default_rng([r, c]) for c in clients])
-            _sync()
-            times.append(time.perf_counter() - t)
-        failed = tr.captured.failed if tr.captured is not None else None
-        print(f"favor_cnn local round {label:9s} {statistics.median(times[1:]):.4f} s  (first round: {times[0]:.2f} s)"
-              + (f"  !! capture failed: {failed}" if failed else ""), flush=True)
-        del tr, w0
-        if DEVICE.type == "cuda":
-            torch.cuda.empty_cache()
+    from fedsel_env.sim.device import use_deterministic
+
+    use_deterministic(DEVICE)  # as the env does (FEDSEL_DETERMINISTIC=0 in the environment leaves torch alone)
+    print(f"\n# FAVOR's local round: favor_cnn, K clients x 600 samples, 5 epochs, batch 10 (300 steps); median of "
+          f"{args.favor_repeats}, s. K = 10 is a round, K = 100 the reset's profiling round. deterministic "
+          f"algorithms: {torch.are_deterministic_algorithms_enabled()}")
+    variants = [("captured, stacked", True, "stacked", False), ("captured, stacked, TF32", True, "stacked", True),
+                ("captured, vmap", True, "vmap", False), ("eager (vmap)", False, "vmap", False)]
+    for k in args.favor_ks:
+        for label, captured, step, tf32 in variants:
+            if k > 10 and not captured:
+                continue  # the eager profiling round is minutes
+            os.environ["FEDSEL_CNN_STEP"] = step
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            tr, w0 = _trainer("favor_cnn", (1, 28, 28), k, 600, 5, captured=captured)
+            clients = list(range(k))
+            times = []
+            for r in range(args.favor_repeats + 1):  # round 0 captures the graphs
+                _sync()
+                t = time.perf_counter()
+                tr.train(w0, clients, [np.random.default_rng([r, c]) for c in clients])
+                _sync()
+                times.append(time.perf_counter() - t)
+            failed = tr.captured.failed if tr.captured is not None else None
+            print(f"favor_cnn local round K={k:<3d} {label:24s} {statistics.median(times[1:]):.4f} s  "
+                  f"(first round: {times[0]:.2f} s)" + (f"  !! capture failed: {failed}" if failed else ""), flush=True)
+            del tr, w0
+            if DEVICE.type == "cuda":
+                torch.cuda.empty_cache()
+    os.environ.pop("FEDSEL_CNN_STEP", None)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
 
 if __name__ == "__main__":
     main()

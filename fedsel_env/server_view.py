@@ -43,23 +43,28 @@ PCA_BYTES_PER_WEIGHT = 48.0
 class WeightPCA:
     """FAVOR's fixed PCA of flat weights, fitted once on the profiling round (docs/SPEC.md §2) and kept.
 
-    :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0.
+    :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0 (numpy, or a float64 tensor).
     :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
     :param seed: the PCA's ``random_state``.
 
-    The fit is scikit-learn's, on the host; the projection runs on the device of the weights it is given
-    (the simulator's ``device``: the basis is copied there once) and returns numpy for the observation.
+    On the CPU the fit is scikit-learn's (``stacked`` as numpy; the committed records hold its coordinates).
+    Given a CUDA tensor it is :func:`gram_pca` on that device (issue #33: scikit-learn's SVD of FAVOR's 101 ×
+    431,080 matrix took 4.7-6 s of a 10 s reset on an H100's host). The projection runs on the device of the
+    weights it is given (the simulator's ``device``: the basis is copied there once) and returns numpy.
     """
 
-    def __init__(self, stacked: np.ndarray, components: int, seed: int) -> None:
-        stacked = np.asarray(stacked, dtype=np.float64)
+    def __init__(self, stacked, components: int, seed: int) -> None:
         d = min(components, stacked.shape[0], stacked.shape[1])
-        with np.errstate(divide="ignore", invalid="ignore"):  # all rows equal: explained-variance ratio 0/0
-            pca = PCA(n_components=d, random_state=seed).fit(stacked)
-        self.mean = torch.from_numpy(pca.mean_)
-        comps = torch.from_numpy(pca.components_)
+        if isinstance(stacked, torch.Tensor) and stacked.device.type == "cuda":
+            self.mean, comps = gram_pca(stacked.to(torch.float64), d)
+        else:
+            stacked = np.asarray(stacked.cpu() if isinstance(stacked, torch.Tensor) else stacked, dtype=np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):  # all rows equal: explained-variance ratio 0/0
+                pca = PCA(n_components=d, random_state=seed).fit(stacked)
+            self.mean = torch.from_numpy(pca.mean_)
+            comps = torch.from_numpy(pca.components_)
         if d < components:
-            comps = torch.cat([comps, torch.zeros(components - d, comps.shape[1], dtype=torch.float64)])
+            comps = torch.cat([comps, comps.new_zeros(components - d, comps.shape[1])])
         self.components = comps
         self._on: Dict[torch.device, tuple] = {self.mean.device: (self.mean, self.components)}
 
@@ -71,12 +76,44 @@ class WeightPCA:
         return ((flat.to(torch.float64) - mean) @ components.T).cpu().numpy()
 
 
+def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-12):
+    """The top ``d`` principal axes of the rows of ``x`` (n, P), n ≪ P, from the n × n Gram matrix: (mean, (d, P)).
+
+    With X_c = X − mean = U S Vᵀ: X_c X_cᵀ = U S² Uᵀ (``eigh``, n × n), and the axes are Vᵀ = S⁻¹ Uᵀ X_c — two
+    (n, P) matrix products instead of an SVD of X_c. Signs follow scikit-learn's ``svd_flip(u_based_decision=False)``
+    (each axis's largest-magnitude entry positive), so the axes are scikit-learn's full-SVD ones up to rounding
+    (``tests/test_server_view.py``). An axis whose singular value is below ``rcond`` × the largest (no variance
+    along it: rows that are all equal, or n − 1 ≤ index) is zero, where an SVD would return an arbitrary unit
+    vector orthogonal to the data; its coordinate is then 0.
+    """
+    mean = x.mean(dim=0)
+    xc = x - mean
+    evals, evecs = torch.linalg.eigh(xc @ xc.T)  # ascending
+    evals = evals.flip(0)[:d].clamp_min(0.0)
+    u = evecs.flip(1)[:, :d]
+    s = evals.sqrt()
+    keep = s > rcond * s[:1].clamp_min(torch.finfo(s.dtype).tiny)
+    vt = (u.T @ xc) / torch.where(keep, s, torch.ones_like(s)).unsqueeze(1)
+    vt = vt * keep.unsqueeze(1).to(vt.dtype)
+    top = vt.abs().argmax(dim=1, keepdim=True)
+    signs = torch.sign(vt.gather(1, top))
+    vt = vt * torch.where(signs == 0, torch.ones_like(signs), signs)
+    return mean, vt
+
+
 def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, seed: int):
     """FAVOR's map, fitted on w_0 and the N profiling-round models: (pca, their rows (N+1, d), # broken).
 
     A local model that blew up (an exploding learning rate) says nothing about the weight space: the
-    map is fitted with w_0 in its place, and its row is w_0's.
+    map is fitted with w_0 in its place, and its row is w_0's. On CUDA the rows stay on the device
+    (:func:`gram_pca`); elsewhere they go to the host for scikit-learn, as the server receives them.
     """
+    if w0.device.type == "cuda":
+        stacked_t = torch.cat([w0.unsqueeze(0), local]).to(torch.float64)
+        broken_t = ~torch.isfinite(torch.linalg.vector_norm(stacked_t, dim=1))
+        stacked_t[broken_t] = stacked_t[0]
+        pca = WeightPCA(stacked_t, components, seed)
+        return pca, pca.project(stacked_t), int(broken_t.sum())
     stacked = torch.cat([w0.unsqueeze(0), local]).cpu().to(torch.float64).numpy()  # the server receives them
     with np.errstate(over="ignore"):
         broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))

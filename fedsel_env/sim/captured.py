@@ -46,11 +46,23 @@ BLOCKS = (64, 8, 1)
 MAX_KEYS = 8
 #: ``FEDSEL_CUDA_GRAPHS=0`` in the environment keeps the eager path on a GPU (to compare the two)
 ENV_SWITCH = "FEDSEL_CUDA_GRAPHS"
+#: ``FEDSEL_CNN_STEP=vmap`` keeps a CNN's captured step on ``vmap(grad)`` on a GPU (to compare the two)
+CNN_SWITCH = "FEDSEL_CNN_STEP"
 
 
 def capture_default(device: torch.device) -> bool:
     """Whether a trainer on ``device`` replays its rounds from CUDA graphs: on CUDA unless switched off."""
     return device.type == "cuda" and os.environ.get(ENV_SWITCH, "1") != "0"
+
+
+def stacked_step(device: torch.device) -> bool:
+    """Whether a captured round steps a ``nn.Sequential`` CNN through :mod:`~fedsel_env.sim.stacked_net` on
+    ``device``: on CUDA unless ``FEDSEL_CNN_STEP=vmap``; ``FEDSEL_CNN_STEP=stacked`` takes it on the CPU too."""
+    choice = os.environ.get(CNN_SWITCH, "")
+    if choice not in ("", "stacked", "vmap"):
+        raise ValueError(f"{CNN_SWITCH}={choice!r} is not a choice: use 'stacked' or 'vmap' (or leave it unset: "
+                         f"stacked on CUDA, vmap on the CPU)")
+    return choice == "stacked" or (choice == "" and device.type == "cuda")
 
 
 def replay_counts(steps: int, blocks: Tuple[int, ...] = BLOCKS) -> List[Tuple[int, int]]:
@@ -90,6 +102,10 @@ class _State:
             self.f_biases = [bn is not None for _, bn in net.layers]
             self.f_classes = self.f_ps[len(self.f_ps) - (2 if self.f_biases[-1] else 1)].shape[1]
             self.x_rows = trainer.x.reshape(trainer.x.shape[0], net.in_features)
+        # a Sequential CNN's step through stacked_net (on CUDA by default: ``stacked_step``), else vmap(grad)
+        self.stacked = trainer.stacked if net is None and stacked_step(dev) else None
+        self.flat_buf = (torch.zeros_like(self.flat) if self.stacked is not None and trainer.momentum > 0
+                         else None)
         self.half_mu: Optional[torch.Tensor] = None  # FedProx's f32(μ/2) on the device, set per key
         self.graphs: Dict[int, torch.cuda.CUDAGraph] = {}
 
@@ -105,6 +121,8 @@ class _State:
         if self.bufs is not None:
             for buf in self.bufs:
                 buf.zero_()
+        if self.flat_buf is not None:
+            self.flat_buf.zero_()
         self.counter.zero_()
 
 
@@ -152,6 +170,19 @@ class CapturedTrainer:
             return
         x = tr.x.index_select(0, idx).reshape(st.k, st.b, *tr.x.shape[1:])
         y = tr.y.index_select(0, idx).reshape(st.k, st.b)
+        if st.stacked is not None:  # stacked_net's step: the flat gradient, the update on the flat buffer
+            from .stacked_net import flat_gradient
+
+            g = flat_gradient(st.stacked, tr.layout.unflatten, st.flat, x, y, m, st.global_flat, prox_mu)
+            a = active.view(-1, 1)
+            if st.flat_buf is not None:
+                new_buf = torch.where(a, st.flat_buf * tr.momentum + g, st.flat_buf)
+                st.flat_buf.copy_(new_buf)
+                g = new_buf
+            g = g * a.to(g.dtype)
+            st.flat.sub_(tr.lr * g)
+            st.counter.add_(1)
+            return
         with torch.enable_grad():
             grads = tr._grad(st.params, x, y, m, st.anchor, prox_mu)
         for i, n in enumerate(tr.layout.names):

@@ -127,8 +127,26 @@ def use_deterministic(device: torch.device) -> None:
         return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if not torch.are_deterministic_algorithms_enabled():
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        set_deterministic_algorithms()
     torch.backends.cudnn.benchmark = False  # the autotuner may pick other algorithms run to run
+
+
+def set_deterministic_algorithms() -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` without its import of TorchInductor's config.
+
+    The public function is two statements: it imports ``torch._inductor.config`` (which imports TorchDynamo:
+    3.9 s of the first FAVOR reset on an H100's host, 0.9 s here) to set inductor's own ``deterministic`` flag,
+    then sets ATen's. The simulator compiles nothing, so only ATen's flag is set here, unless inductor is
+    already loaded (then its flag is set too, as the public function would), or this torch lacks the
+    private setter (then the public function is called).
+    """
+    import sys
+
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None or "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        return
+    setter(True, warn_only=True)
 
 
 def activation_floats(model: nn.Module, input_shape: Sequence[int]) -> int:

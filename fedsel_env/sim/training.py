@@ -32,6 +32,7 @@ from .fused_sgd import forward as fused_forward
 from .fused_sgd import fused_net, train_fused
 from .captured import CapturedTrainer, capture_default
 from .linear_sgd import linear_layer, train_linear
+from .stacked_net import stacked_net
 
 
 class ParamLayout:
@@ -109,6 +110,8 @@ class BatchedTrainer:
         #: the model's layers when it is a ReLU MLP (evaluation passes use them on every device)
         self.net = fused_net(model, x_train)
         self.fused = self.net if fused and self.linear is None else None
+        #: a Sequential CNN's plan for the captured round's stacked step (fedsel_env/sim/stacked_net.py)
+        self.stacked = stacked_net(model) if self.fused is None and self.linear is None else None
 
         model_ref = model
 

@@ -1,0 +1,103 @@
+"""FAVOR's PCA fitted from the Gram matrix on a GPU (fedsel_env/server_view.py: gram_pca, issue #33).
+
+On a real profiling round (the default preset's 20 clients + w_0, and a CNN's 50 + 1) the Gram axes are
+scikit-learn's full-SVD axes with the same signs, and new models' coordinates agree to rounding; the axis of
+no variance (n centred rows have rank n − 1) is zero instead of an arbitrary unit vector; rows all equal give
+zero axes and no NaN. On a GPU (skipped here) the env's reset takes this path and its coordinates match the CPU's.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.decomposition import PCA
+
+import fedsel_env.server_view as sv
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.server_view import WeightPCA, gram_pca
+
+
+def _profiling_rows(config):
+    """The (N+1, P) float64 rows a reset's profiling round fits the PCA on."""
+    got = {}
+    real = sv.fit_profiling_pca
+
+    def spy(w0, local, components, seed):
+        got["x"] = torch.cat([w0.unsqueeze(0), local]).to(torch.float64).cpu()
+        got["args"] = (components, seed)
+        return real(w0, local, components, seed)
+
+    sv.fit_profiling_pca = spy
+    try:
+        env = FedSelectEnv(config=config)
+        env.reset(seed=3)
+        env.close()
+    finally:
+        sv.fit_profiling_pca = real
+    return got["x"], got["args"]
+
+
+def _fashion_mnist_or_skip():
+    from fedsel_env.sim.data_files import DEBIAN_FASHION_MNIST
+
+    if not DEBIAN_FASHION_MNIST.is_dir():
+        pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)")
+
+
+@pytest.mark.parametrize("config", [{}, {"dataset": "fashion_mnist", "model": "fedmgda_cnn", "num_clients": 50,
+                                         "samples_per_client": 100}], ids=["default", "fedmgda_cnn"])
+def test_gram_axes_are_scikit_learns_full_svd_axes(config):
+    if config:
+        _fashion_mnist_or_skip()
+    x, (components, seed) = _profiling_rows(config)
+    n = x.shape[0]
+    d = min(components, *x.shape)
+    assert d == n  # both presets fit all n axes: the last one has no variance
+    sk = PCA(n_components=d, random_state=seed, svd_solver="full").fit(x.numpy())
+    mean, vt = gram_pca(x, d)
+    torch.testing.assert_close(mean, torch.from_numpy(sk.mean_), rtol=0, atol=1e-15)
+    axes = torch.from_numpy(sk.components_)
+    agree = (axes[:n - 1] * vt[:n - 1]).sum(dim=1)
+    assert agree.min() > 1 - 1e-9, agree.min()  # the same unit axes, the same signs
+    assert torch.count_nonzero(vt[n - 1]) == 0  # no variance along it: zero, not an arbitrary direction
+    new = x + 0.01 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    want = (new - torch.from_numpy(sk.mean_)) @ axes[:n - 1].T
+    got = (new - mean) @ vt[:n - 1].T
+    assert (got - want).abs().max() < 1e-9 * want.abs().max()
+
+
+def test_rows_all_equal_give_zero_axes_and_no_nan():
+    x = torch.ones(5, 30, dtype=torch.float64) * 0.7
+    mean, vt = gram_pca(x, 5)
+    assert torch.equal(mean, x[0]) and torch.count_nonzero(vt) == 0
+    pca = WeightPCA(x, 7, seed=0)  # a CPU tensor: scikit-learn's fit, as before
+    assert pca.components.shape == (7, 30)
+    assert np.isfinite(pca.project(x)).all()
+
+
+def test_the_cpu_keeps_scikit_learns_fit():
+    """The records' coordinates come from scikit-learn on the CPU: a CPU tensor or numpy fits there, bit for bit."""
+    x, (components, seed) = _profiling_rows({"num_clients": 6, "clients_per_round": 2})
+    d = min(components, *x.shape)
+    sk = PCA(n_components=d, random_state=seed).fit(x.numpy())
+    for given in (x, x.numpy()):
+        pca = WeightPCA(given, components, seed)
+        assert torch.equal(pca.components[:d], torch.from_numpy(sk.components_))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bench/gpu_check.sh runs it on one)")
+def test_a_cuda_reset_fits_on_the_device_and_matches_the_cpu():
+    """All 13 axes, so the map is a rotation of the data's span on both devices: the distances between the
+    profiling models' coordinates (w_0 and the 12 local models) are the same up to the GPU's float32 rounding,
+    however nearly equal singular values turn the individual axes."""
+    config = {"num_clients": 12, "clients_per_round": 3, "pca_components": 13}
+    dist = {}
+    for device in ("cpu", "cuda"):
+        env = FedSelectEnv(config={**config, "device": device})
+        obs, _ = env.reset(seed=5)
+        w = obs["weights"].astype(np.float64)
+        dist[device] = np.linalg.norm(w[:, None] - w[None], axis=2)
+        if device == "cuda":
+            assert env.view.pca.components.device.type == "cuda"
+        env.close()
+    np.testing.assert_allclose(dist["cuda"], dist["cpu"], rtol=0, atol=1e-3 * dist["cpu"].max())
