@@ -3,19 +3,25 @@
 #
 #   bash scripts/wheels.sh .wheels          # on a machine with network: the wheels (and Fashion-MNIST)
 #   bash bench/gpu_check.sh .wheels         # on the GPU machine, from the checkout's root
+#   bash bench/gpu_check.sh .wheels --full  # the same, with the whole test suite (`pytest -q`) first
 #
 # Its Python (PYTHON, default python3) must hold a CUDA build of torch and the scientific stack; the
 # project's other dependencies are installed from WHEELDIR (pip --no-index, into /tmp/fedsel-site, put
 # first on PYTHONPATH: nothing of that Python is changed). WHEELDIR/fashion-mnist, when there, is used as
 # Debian's Fashion-MNIST folder (copied to /usr/share/datasets/fashion-mnist when that is missing and
 # writable). Without a GPU each CUDA part says "no CUDA" and the CPU parts still run (a dry run).
+# --full installs the wheels into that Python itself (a throwaway GPU machine: the suite's subprocesses must
+# import them) and runs the whole suite, `pytest -q`, split over 8 processes when pytest-xdist is there, in
+# place of the two partial pytest stages.
 #
 # The output goes to stdout and to LOG (default $OUT/gpu_check.log, else ./gpu_check.log). Each stage has its
-# own time limit, so a hang costs one stage; the stages' limits add up to under 8 minutes.
+# own time limit, so a hang costs one stage; the stages' limits add up to under 8 minutes (10 with --full;
+# a run takes about 6 on an H200).
 # docs/PERFORMANCE.md's GPU section quotes this log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELDIR=${1:-}
+FULL=0; [ "${2:-}" = "--full" ] && FULL=1
 PYTHON=${PYTHON:-python3}
 LOG=${LOG:-${OUT:-.}/gpu_check.log}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -36,9 +42,15 @@ REV=${GIT_REV:-$(git rev-parse --short HEAD 2>/dev/null || echo 'unknown commit'
 say "=== gpu_check.sh at $REV, $(date -u +%FT%TZ)"
 if [ -n "$WHEELDIR" ]; then
     if [ -d "$WHEELDIR" ] && ls "$WHEELDIR"/*.whl >/dev/null 2>&1; then
-        stage "install wheels from $WHEELDIR" 120 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile \
-            --no-cache-dir --upgrade --target /tmp/fedsel-site "$WHEELDIR"/*.whl
-        export PYTHONPATH=/tmp/fedsel-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+        if [ "$FULL" = 1 ]; then
+            stage "install wheels from $WHEELDIR into $PYTHON's environment" 120 "$PYTHON" -m pip install -q \
+                --no-index --no-deps --no-compile --no-cache-dir "$WHEELDIR"/*.whl
+        fi
+        if [ "$FULL" = 0 ] || ! "$PYTHON" -c "import gymnasium, stable_baselines3" 2>/dev/null; then
+            stage "install wheels from $WHEELDIR" 120 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile \
+                --no-cache-dir --upgrade --target /tmp/fedsel-site "$WHEELDIR"/*.whl
+            export PYTHONPATH=/tmp/fedsel-site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+        fi
     else
         say "!!! WHEELDIR $WHEELDIR has no wheels: the project's dependencies must already be installed"
     fi
@@ -75,23 +87,32 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
     if [ "$CUDA" = 1 ]; then stage "$@"; else say ""; say "=== $1: no CUDA here, not run"; fi
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
-stage "pytest: captured round, device, vector env" 100 "${PYTEST[@]}" tests/test_captured.py tests/test_device.py \
-    tests/test_vector_env.py
-stage "bench/gpu_round.py (the simulator's round against the floor)" 45 "$PYTHON" bench/gpu_round.py
-stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 90 "$PYTHON" bench/gpu_presets.py --budget 1.5 \
-    --presets favor_fmnist default tiny default:one synthetic hetero
-cuda_stage "bench/device_scale.py --device cuda" 60 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
-    --loop-clients 5 --single-steps 100 --favor full --favor-rounds 3
+if [ "$FULL" = 1 ]; then
+    XDIST=()
+    "$PYTHON" -c "import xdist" 2>/dev/null && XDIST=(-n 8 --dist loadfile)
+    stage "pytest -q: the whole suite" 200 "${PYTEST[@]}" "${XDIST[@]}"
+else
+    stage "pytest: captured round, stacked step, PCA, device, vector env" 100 "${PYTEST[@]}" tests/test_captured.py \
+        tests/test_stacked_net.py tests/test_server_view.py tests/test_device.py tests/test_vector_env.py
+fi
+stage "bench/gpu_round.py (the simulator's round against the floor; FAVOR's round by CNN step)" 120 "$PYTHON" \
+    bench/gpu_round.py --favor-repeats 3
+stage "bench/gpu_presets.py (env steps/s, cuda against one host core)" 120 "$PYTHON" bench/gpu_presets.py --budget 1.5 \
+    --presets favor_fmnist default tiny default:one synthetic hetero --devices cuda cuda-vmap cpu-1
 if [ -f bench/vector_env.py ]; then
     cuda_stage "bench/vector_env.py (E = 1,024)" 60 "$PYTHON" bench/vector_env.py --device cuda --sizes 1024 \
         --presets default --seconds 8 --no-reference
 else
     say ""; say "=== bench/vector_env.py: not in this checkout (issue #27), not measured"
 fi
+cuda_stage "bench/gpu_cnn_profile.py (a FAVOR step's kernels: stacked against vmap)" 40 "$PYTHON" \
+    bench/gpu_cnn_profile.py
 cuda_stage "bench/gpu_profile.py (where a default step's time goes)" 20 "$PYTHON" bench/gpu_profile.py --steps 30 --top 20
 cuda_stage "bench/gpu_profile.py (where a FAVOR step's time goes)" 35 "$PYTHON" bench/gpu_profile.py --preset favor_fmnist \
     --steps 5 --top 20 --reset
-stage "pytest: parallel workers, golden trajectories (this host's CPU)" 100 "${PYTEST[@]}" tests/test_parallel.py \
-    tests/test_golden.py
+[ "$FULL" = 1 ] || stage "pytest: parallel workers, golden trajectories (this host's CPU)" 100 "${PYTEST[@]}" \
+    tests/test_parallel.py tests/test_golden.py
+cuda_stage "bench/device_scale.py --device cuda" 45 "$PYTHON" bench/device_scale.py --device cuda --ks 10 100 1000 \
+    --loop-clients 5 --single-steps 100 --favor full --favor-rounds 3
 say ""
 say "=== gpu_check.sh done, $(date -u +%FT%TZ)"

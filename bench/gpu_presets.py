@@ -5,6 +5,8 @@ on each of
 
 - ``cuda``: ``device: cuda``, the local rounds replayed from CUDA graphs (the default there);
 - ``cuda-eager``: the same with ``FEDSEL_CUDA_GRAPHS=0`` (every kernel launched from Python);
+- ``cuda-vmap``: ``cuda`` with a CNN's captured step through ``vmap(grad)`` (``FEDSEL_CNN_STEP=vmap``) instead of
+  ``stacked_net`` (CNN presets only);
 - ``cpu-1``: ``device: cpu`` with one torch thread (``torch_threads: 1``, the env's default): one host core;
 
 and the first ``reset`` (the federation built: data upload, w_0, the profiling round, the PCA, the graphs
@@ -30,6 +32,8 @@ from fedsel_env.config import make_config
 from fedsel_env.env import FedSelectEnv
 
 PRESETS = ["tiny", "default", "default:one", "synthetic", "hetero", "favor_fmnist"]
+#: the environment variable (and value) each GPU variant sets
+ENV_OF = {"cuda-eager": ("FEDSEL_CUDA_GRAPHS", "0"), "cuda-vmap": ("FEDSEL_CNN_STEP", "vmap")}
 
 
 def _sync() -> None:
@@ -43,9 +47,10 @@ def measure(preset: str, device: str, budget: float, max_steps: int = 500) -> di
     overrides = {"device": "cpu" if device == "cpu-1" else "cuda", "torch_threads": 1}
     if mode:
         overrides["action_mode"] = mode
-    before = os.environ.get("FEDSEL_CUDA_GRAPHS")
-    if device == "cuda-eager":
-        os.environ["FEDSEL_CUDA_GRAPHS"] = "0"
+    var, value = ENV_OF.get(device, (None, None))
+    before = os.environ.get(var) if var else None
+    if var:
+        os.environ[var] = value
     try:
         env = FedSelectEnv(config=make_config(overrides, preset=name))
         env.action_space.seed(0)
@@ -75,11 +80,11 @@ def measure(preset: str, device: str, budget: float, max_steps: int = 500) -> di
         finally:
             env.close()
     finally:
-        if device == "cuda-eager":
+        if var:
             if before is None:
-                os.environ.pop("FEDSEL_CUDA_GRAPHS", None)
+                os.environ.pop(var, None)
             else:
-                os.environ["FEDSEL_CUDA_GRAPHS"] = before
+                os.environ[var] = before
     return {"first_reset": first, "reset": second, "steps": steps, "rate": steps / spent, "step_s": spent / steps,
             "capture_failed": failed}
 
@@ -102,6 +107,8 @@ def main() -> None:
     rates = {}
     for preset in args.presets:
         for device in devices:
+            if device == "cuda-vmap" and not make_config({}, preset=preset.partition(":")[0])["model"].endswith("cnn"):
+                continue  # no CNN: the same path as cuda
             if device == "cpu-1" and preset.startswith("favor_fmnist") and not args.cpu_favor:
                 print(f"| {preset} | {device} | not measured (--cpu-favor) | | | |", flush=True)
                 continue

@@ -46,6 +46,7 @@ class WeightPCA:
     :param stacked: (N+1, P) the profiling round's weights, row 0 = w_0 (numpy, or a float64 tensor).
     :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
     :param seed: the PCA's ``random_state``.
+    :param gram: fit with :func:`gram_pca` (a tensor on its device); ``None``: when ``stacked`` is a CUDA tensor.
 
     On the CPU the fit is scikit-learn's (``stacked`` as numpy; the committed records hold its coordinates).
     Given a CUDA tensor it is :func:`gram_pca` on that device (issue #33: scikit-learn's SVD of FAVOR's 101 ×
@@ -53,9 +54,11 @@ class WeightPCA:
     weights it is given (the simulator's ``device``: the basis is copied there once) and returns numpy.
     """
 
-    def __init__(self, stacked, components: int, seed: int) -> None:
+    def __init__(self, stacked, components: int, seed: int, gram: Optional[bool] = None) -> None:
         d = min(components, stacked.shape[0], stacked.shape[1])
-        if isinstance(stacked, torch.Tensor) and stacked.device.type == "cuda":
+        if gram is None:
+            gram = isinstance(stacked, torch.Tensor) and stacked.device.type == "cuda"
+        if gram:
             self.mean, comps = gram_pca(stacked.to(torch.float64), d)
         else:
             stacked = np.asarray(stacked.cpu() if isinstance(stacked, torch.Tensor) else stacked, dtype=np.float64)
@@ -76,15 +79,17 @@ class WeightPCA:
         return ((flat.to(torch.float64) - mean) @ components.T).cpu().numpy()
 
 
-def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-12):
+def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-7):
     """The top ``d`` principal axes of the rows of ``x`` (n, P), n ≪ P, from the n × n Gram matrix: (mean, (d, P)).
 
     With X_c = X − mean = U S Vᵀ: X_c X_cᵀ = U S² Uᵀ (``eigh``, n × n), and the axes are Vᵀ = S⁻¹ Uᵀ X_c — two
     (n, P) matrix products instead of an SVD of X_c. Signs follow scikit-learn's ``svd_flip(u_based_decision=False)``
     (each axis's largest-magnitude entry positive), so the axes are scikit-learn's full-SVD ones up to rounding
-    (``tests/test_server_view.py``). An axis whose singular value is below ``rcond`` × the largest (no variance
-    along it: rows that are all equal, or n − 1 ≤ index) is zero, where an SVD would return an arbitrary unit
-    vector orthogonal to the data; its coordinate is then 0.
+    (``tests/test_server_view.py``). An axis whose singular value is below ``rcond`` × the largest is zero, where
+    an SVD would return an arbitrary unit vector orthogonal to the data, and its coordinate is then 0: no
+    variance along it (rows all equal; the n-th axis of n centred rows), or too little for the Gram matrix to
+    resolve (its eigenvalues carry rounding of float64 ε × the largest, so singular values below about
+    √ε ≈ 1.5e-8 of the largest are noise; an H200 gave 1e-9 on the default preset's axis of no variance).
     """
     mean = x.mean(dim=0)
     xc = x - mean
@@ -101,24 +106,28 @@ def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-12):
     return mean, vt
 
 
-def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, seed: int):
+def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, seed: int,
+                      gram: Optional[bool] = None):
     """FAVOR's map, fitted on w_0 and the N profiling-round models: (pca, their rows (N+1, d), # broken).
 
     A local model that blew up (an exploding learning rate) says nothing about the weight space: the
     map is fitted with w_0 in its place, and its row is w_0's. On CUDA the rows stay on the device
     (:func:`gram_pca`); elsewhere they go to the host for scikit-learn, as the server receives them.
+    ``gram`` forces either fit (``None``: the Gram fit on CUDA).
     """
-    if w0.device.type == "cuda":
+    if gram is None:
+        gram = w0.device.type == "cuda"
+    if gram:
         stacked_t = torch.cat([w0.unsqueeze(0), local]).to(torch.float64)
         broken_t = ~torch.isfinite(torch.linalg.vector_norm(stacked_t, dim=1))
-        stacked_t[broken_t] = stacked_t[0]
-        pca = WeightPCA(stacked_t, components, seed)
+        stacked_t[broken_t] = stacked_t[0].clone()  # (row 0 is a view of the written tensor: CUDA refuses it)
+        pca = WeightPCA(stacked_t, components, seed, gram=True)
         return pca, pca.project(stacked_t), int(broken_t.sum())
     stacked = torch.cat([w0.unsqueeze(0), local]).cpu().to(torch.float64).numpy()  # the server receives them
     with np.errstate(over="ignore"):
         broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))
     stacked[broken] = stacked[0]
-    pca = WeightPCA(stacked, components, seed)
+    pca = WeightPCA(stacked, components, seed, gram=False)
     return pca, pca.project(torch.from_numpy(stacked).to(w0.device)), int(broken.sum())
 
 

@@ -75,6 +75,23 @@ def test_rows_all_equal_give_zero_axes_and_no_nan():
     assert np.isfinite(pca.project(x)).all()
 
 
+def test_the_gram_fit_replaces_broken_models_with_w0_as_the_host_fit_does():
+    """The device path's own handling of a local model that blew up (inf / NaN rows), run on the CPU."""
+    x, (components, seed) = _profiling_rows({})
+    w0, local = x[0].float(), x[1:].float().clone()
+    local[2, 5] = float("inf")
+    local[7, 0] = float("nan")
+    host_pca, host_rows, host_broken = sv.fit_profiling_pca(w0, local, components, seed, gram=False)
+    pca, rows, broken = sv.fit_profiling_pca(w0, local, components, seed, gram=True)
+    assert broken == host_broken == 2 and np.isfinite(rows).all()
+    # rows 3 and 8 (the broken models) sit at w_0's coordinates, as on the host
+    np.testing.assert_array_equal(rows[3], rows[0])
+    np.testing.assert_array_equal(rows[8], rows[0])
+    n = x.shape[0] - 2  # distinct rows left; the axes with variance are n - 1
+    dist = lambda r: np.linalg.norm(r[:, None] - r[None], axis=2)  # noqa: E731 (rotation-free comparison)
+    np.testing.assert_allclose(dist(rows[:, :n - 1]), dist(host_rows[:, :n - 1]), atol=1e-9 * dist(host_rows).max())
+
+
 def test_the_cpu_keeps_scikit_learns_fit():
     """The records' coordinates come from scikit-learn on the CPU: a CPU tensor or numpy fits there, bit for bit."""
     x, (components, seed) = _profiling_rows({"num_clients": 6, "clients_per_round": 2})

@@ -132,15 +132,16 @@ def test_a_round_stepped_through_the_stack_is_the_vmapped_round(momentum, prox_m
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (bench/gpu_check.sh runs it on one)")
+@pytest.mark.parametrize("step", ["", "vmap"])  # "": CUDA's default (the stacked step)
 @pytest.mark.parametrize("momentum, prox_mu", [(0.0, 0.0), (0.9, 0.1)])
-def test_cuda_graphs_of_the_stacked_step_equal_the_eager_vmapped_round(momentum, prox_mu, monkeypatch):
+def test_cuda_graph_rounds_of_either_step_equal_the_eager_vmapped_round(step, momentum, prox_mu, monkeypatch):
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.delenv("FEDSEL_CNN_STEP", raising=False)
+    monkeypatch.setenv("FEDSEL_CNN_STEP", step)
     eager, w = _trainer("cuda", False, momentum)
-    graphs, _ = _trainer("cuda", None, momentum)  # CUDA's default: captured, stacked
+    graphs, _ = _trainer("cuda", None, momentum)  # captured: CUDA's default
     want, got = _rounds(eager, w, prox_mu), _rounds(graphs, w, prox_mu)
     assert graphs.captured.capture and graphs.captured.failed is None, graphs.captured.failed
-    assert all(st.stacked is not None and st.graphs for st in graphs.captured._states.values())
+    assert all((st.stacked is not None) == (step == "") and st.graphs for st in graphs.captured._states.values())
     for a, b in zip(want, got):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)

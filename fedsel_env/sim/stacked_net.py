@@ -6,15 +6,15 @@ and out of the channels around every layer. For FAVOR's Fashion-MNIST round (10 
 steps) that is latency-bound on a GPU: 1.2 ms a step even when replayed from a CUDA graph. Here the same network
 is written out over a (K, B, ...) layout with the client axis leading throughout:
 
-- ``Conv2d`` (groups 1, zero padding): ``unfold`` (im2col) of the K·B images, then one broadcast ``matmul`` of
-  each client's (O, C·kh·kw) weight with its own images' columns, which lands in (K·B, O, H', W') directly;
+- ``Conv2d`` (groups 1, zero padding): im2col of the K·B images as strided views and one copy, then one
+  ``baddbmm`` of each client's columns (B·H'·W', C·kh·kw) with its (C·kh·kw, O) weight, channels last;
 - ``Linear``: ``baddbmm(bias, h, Wᵀ)`` on (K, B, I);
 - ``ReLU``, ``MaxPool2d`` (and :class:`~fedsel_env.sim.models.Pool2x2`), ``Flatten``: PyTorch's own, on the
   merged (K·B, ...) axis;
 
-and the masked-mean cross-entropy (FedProx's proximal term with it) is differentiated by autograd with respect
-to the (K, P) flat parameters at once, so the gradient arrives flat and the SGD update is a handful of kernels
-on the flat buffer instead of a few per parameter tensor.
+and the masked-mean cross-entropy (FedProx's proximal term with it) is differentiated by autograd, the
+gradients concatenated into one (K, P) tensor, so the SGD update is a handful of kernels on the flat buffer
+instead of a few per parameter tensor.
 
 The values equal the vmapped path's to float rounding (a different summation order: ``tests/test_stacked_net.py``
 checks the gradient and a round against ``vmap(grad)``). It is the captured round's CNN step on CUDA
@@ -80,6 +80,22 @@ def stacked_net(model: nn.Module) -> Optional[StackedNet]:
     return StackedNet(tuple(layers))
 
 
+def _columns(h: torch.Tensor, ksize, stride, padding, dilation) -> torch.Tensor:
+    """im2col of (N, C, H, W) as (N, OH·OW, C·kh·kw): ``Tensor.unfold`` views and one copy.
+
+    ``F.unfold`` launches one CUDA kernel per image (200 a FAVOR step, 1.2 of its 1.9 ms: the H200 profile in
+    docs/PERFORMANCE.md); strided views cost nothing and their backward is one ``unfold_backward`` per view.
+    """
+    if dilation != (1, 1):
+        cols = F.unfold(h, ksize, dilation=dilation, padding=padding, stride=stride)  # (N, C·kh·kw, L)
+        return cols.transpose(1, 2)
+    if padding != (0, 0):
+        h = F.pad(h, (padding[1], padding[1], padding[0], padding[0]))
+    v = h.unfold(2, ksize[0], stride[0]).unfold(3, ksize[1], stride[1])  # (N, C, OH, OW, kh, kw)
+    n, c, oh, ow, kh, kw = v.shape
+    return v.permute(0, 2, 3, 1, 4, 5).reshape(n, oh * ow, c * kh * kw)
+
+
 def forward(net: StackedNet, params: Dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """Logits (K, B, classes) of K stacked models (``params[name]``: (K, *shape)) on inputs (K, B, *input)."""
     k, b = x.shape[0], x.shape[1]
@@ -92,12 +108,13 @@ def forward(net: StackedNet, params: Dict[str, torch.Tensor], x: torch.Tensor) -
             hh, ww = h.shape[-2:]
             oh = (hh + 2 * padding[0] - dilation[0] * (ksize[0] - 1) - 1) // stride[0] + 1
             ow = (ww + 2 * padding[1] - dilation[1] * (ksize[1] - 1) - 1) // stride[1] + 1
-            cols = F.unfold(h, ksize, dilation=dilation, padding=padding, stride=stride)  # (K·B, C·kh·kw, L)
-            cols = cols.view(k, b, cols.shape[1], cols.shape[2])
-            out = torch.matmul(w.reshape(k, 1, o, -1), cols)  # (K, B, O, L): client k's weight on its images
-            if bias:
-                out = out + params[names[1]].view(k, 1, o, 1)
-            h = out.view(k * b, o, oh, ow)
+            cols = _columns(h, ksize, stride, padding, dilation)  # (K·B, L, C·kh·kw)
+            cols = cols.reshape(k, b * oh * ow, cols.shape[-1])
+            wt = w.reshape(k, o, -1).transpose(1, 2)  # (K, C·kh·kw, O)
+            out = torch.baddbmm(params[names[1]].unsqueeze(1), cols, wt) if bias else torch.bmm(cols, wt)
+            # (K, B·L, O): channels last; the (K·B, O, OH, OW) view below keeps that memory layout, which ReLU,
+            # max-pooling and the next unfold take as it is
+            h = out.view(k * b, oh, ow, o).permute(0, 3, 1, 2)
         elif kind == "linear":
             bias = opt[0]
             if h.dim() != 2:
@@ -112,7 +129,7 @@ def forward(net: StackedNet, params: Dict[str, torch.Tensor], x: torch.Tensor) -
         elif kind == "pool":
             ks, st, pad, dil, ceil = opt
             h = F.max_pool2d(h, ks, st, pad, dil, ceil)
-        else:  # flatten
+        else:  # flatten, in (C, H, W) order whatever the memory layout
             h = h.reshape(k * b, -1)
     return h.view(k, b, -1)
 
@@ -123,17 +140,21 @@ def flat_gradient(net: StackedNet, unflatten: Callable[[torch.Tensor], Dict[str,
     """(K, P): each client's gradient of its masked-mean cross-entropy (+ μ/2 ‖w − anchor‖²) at its weights.
 
     :param flat: (K, P) the clients' weights; :param unflatten: (K, P) → the dict of stacked views
-        (``ParamLayout.unflatten``); :param x: (K, B, *input); :param y: (K, B); :param mask: (K, B) 0/1.
-    The per-client losses are summed: client k's weights enter only its own term, so the gradient of the sum
-    is each client's own gradient.
+        (``ParamLayout.unflatten``, in the flat order); :param x: (K, B, *input); :param y: (K, B);
+        :param mask: (K, B) 0/1. The per-client losses are summed: client k's weights enter only its own term,
+        so the gradient of the sum is each client's own gradient. Each parameter is its own leaf and the
+        gradients are concatenated once (a leaf of the whole (K, P) would fill and add a (K, P) buffer per
+        parameter in the backward).
     """
+    views = unflatten(flat)
+    anchors = unflatten(anchor_flat) if prox_mu > 0 else None
     with torch.enable_grad():
-        leaf = flat.detach().requires_grad_(True)
-        logits = forward(net, unflatten(leaf), x)
+        leaves = {n: v.detach().requires_grad_(True) for n, v in views.items()}
+        logits = forward(net, leaves, x)
         k, b, c = logits.shape
         per_sample = F.cross_entropy(logits.reshape(k * b, c), y.reshape(k * b), reduction="none").view(k, b)
         loss = ((per_sample * mask).sum(dim=1) / mask.sum(dim=1).clamp_min(1.0)).sum()
         if prox_mu > 0:
-            loss = loss + 0.5 * prox_mu * ((leaf - anchor_flat) ** 2).sum()
-        (g,) = torch.autograd.grad(loss, leaf)
-    return g
+            loss = loss + 0.5 * prox_mu * sum(((leaves[n] - anchors[n]) ** 2).sum() for n in leaves)
+        grads = torch.autograd.grad(loss, list(leaves.values()))
+    return torch.cat([g.reshape(flat.shape[0], -1) for g in grads], dim=1)
