@@ -24,14 +24,20 @@ AGGREGATORS = [("fedavg", {}), ("qfedavg", {"q": 1.0}), ("fedprox", {"mu": 0.1})
 STEPS = 9  # tiny episodes last 5 rounds: every sub-env ends an episode and autoresets
 
 
-def _same(a, b) -> bool:
+def _same(a, b, approx: float = 0.0) -> bool:
+    """Equal bit for bit; with ``approx`` > 0, floats within ``approx`` of the array's scale (integers, flags
+    and ids still exactly), and the PCA coordinates (a dict's ``weights``) within 10% of theirs, as the golden
+    trajectories allow (tests/golden.py: near-equal singular values turn the axes with the last bits)."""
     if isinstance(a, dict):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+        return set(a) == set(b) and all(_same(a[k], b[k], 0.1 if approx and k == "weights" else approx) for k in a)
     if isinstance(a, (list, tuple)) and not isinstance(a, np.ndarray):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y, approx) for x, y in zip(a, b))
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype == object or b.dtype == object:  # info entries batched as object arrays (lists per sub-env)
-        return a.shape == b.shape and all(_same(x, y) for x, y in zip(a.ravel(), b.ravel()))
+        return a.shape == b.shape and all(_same(x, y, approx) for x, y in zip(a.ravel(), b.ravel()))
+    if approx and a.dtype.kind == "f" and a.shape == b.shape:
+        scale = float(np.nanmax(np.abs(a), initial=0.0)) if a.size else 0.0
+        return bool(np.allclose(a, b, rtol=0.0, atol=approx * max(scale, 1e-12), equal_nan=True))
     return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
 
@@ -52,7 +58,7 @@ def _replay(cfg, seed, actions, preset):
     return out
 
 
-def _check_against_single(configs, preset, steps=STEPS, seed=3):
+def _check_against_single(configs, preset, steps=STEPS, seed=3, approx: float = 0.0):
     venv = FedSelectVectorEnv(configs=configs, preset=preset)
     venv.action_space.seed(seed)
     obs, info = venv.reset(seed=seed)
@@ -68,10 +74,11 @@ def _check_against_single(configs, preset, steps=STEPS, seed=3):
         for t, (w, g) in enumerate(zip(want, got)):
             w_obs, w_r, w_te, w_tr, w_info = w
             g_obs, g_r, g_te, g_tr, g_info = g
-            assert _same(w_obs, {k: v[i] for k, v in g_obs.items()} if isinstance(g_obs, dict) else g_obs[i]), (i, t)
-            assert w_r == g_r[i] and w_te == g_te[i] and w_tr == g_tr[i], (i, t)
+            assert _same(w_obs, {k: v[i] for k, v in g_obs.items()} if isinstance(g_obs, dict) else g_obs[i],
+                         approx), (i, t)
+            assert _same(w_r, g_r[i], approx) and w_te == g_te[i] and w_tr == g_tr[i], (i, t)
             for key, value in w_info.items():
-                assert g_info[f"_{key}"][i] and _same(value, g_info[key][i]), (i, t, key)
+                assert g_info[f"_{key}"][i] and _same(value, g_info[key][i], approx), (i, t, key)
             ends += int(w_te or w_tr)
     return ends
 
@@ -236,9 +243,12 @@ def test_batched_passes_whose_results_differ_run_one_by_one(monkeypatch):
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU (bench/gpu_check.sh runs it)")
 def test_cuda_sub_envs_are_the_single_env():
     """On a GPU: the fused training of all sub-envs and their batched loss and evaluation passes (on by default
-    there) against the single env on the same device."""
-    _check_against_single([{"device": "cuda", "system": {"availability": 1.0}}] * 3, "default", steps=4)
-    _check_against_single([{"device": "cuda", "action_mode": "one"}] * 2, "tiny", steps=STEPS)
+    there) against the single env on the same device. Not bit for bit there: the single env replays its rounds
+    from CUDA graphs in fixed shapes, the vector env trains every sub-env's clients in one eager call, and
+    cuBLAS picks its kernels by batch count (an H200 differed in the first observation's PCA coordinates);
+    floats to 1e-4 of their scale (the PCA coordinates 10%), everything discrete exactly."""
+    _check_against_single([{"device": "cuda", "system": {"availability": 1.0}}] * 3, "default", steps=4, approx=1e-4)
+    _check_against_single([{"device": "cuda", "action_mode": "one"}] * 2, "tiny", steps=STEPS, approx=1e-4)
 
 
 def test_shared_builds_give_one_object_and_leave_the_generator_where_a_build_would():
