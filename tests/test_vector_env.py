@@ -36,7 +36,8 @@ def _same(a, b, approx: float = 0.0) -> bool:
     if a.dtype == object or b.dtype == object:  # info entries batched as object arrays (lists per sub-env)
         return a.shape == b.shape and all(_same(x, y, approx) for x, y in zip(a.ravel(), b.ravel()))
     if approx and a.dtype.kind == "f" and a.shape == b.shape:
-        scale = float(np.nanmax(np.abs(a), initial=0.0)) if a.size else 0.0
+        finite = np.abs(a[np.isfinite(a)])
+        scale = float(finite.max()) if finite.size else 0.0
         return bool(np.allclose(a, b, rtol=0.0, atol=approx * max(scale, 1e-12), equal_nan=True))
     return np.array_equal(a, b, equal_nan=a.dtype.kind == "f")
 
