@@ -88,9 +88,15 @@ class ClientSetEncoder(BaseFeaturesExtractor):
             raise ValueError(f"the per-client network reads Dict observations with 'weights', 'clients' and "
                              f"'progress' (env config observation: dict), got {observation_space}")
         d = int(observation_space["weights"].shape[1])
+        # columns after CLIENT_FEATURES (set_distill's cover features) enter the token as they are
+        extra = int(observation_space["clients"].shape[1]) - len(CLIENT_FEATURES)
+        if extra < 0:
+            raise ValueError(f"the per-client network reads obs['clients'] with the {len(CLIENT_FEATURES)} columns of "
+                             f"fedsel_env.spec.CLIENT_FEATURES (and any after them), got "
+                             f"{observation_space['clients'].shape[1]}")
         super().__init__(observation_space, features_dim=3 * hidden + 2)
         self.hidden = int(hidden)
-        self.phi = _mlp((token_size(d), hidden, hidden))
+        self.phi = _mlp((token_size(d) + extra, hidden, hidden))
 
     def forward(self, obs: Dict[str, th.Tensor]) -> th.Tensor:
         h = self.phi(client_tokens(obs))                                 # (B, N, H)

@@ -26,6 +26,14 @@ RankNet, Burges et al., ICML 2005). The rounds are visited by the oracle's choic
 the largest marginal value s_k + w · Σ_{j picked} D_kj / C(K, 2). With w = 0 this is exactly the top-K of s.
 It reads only the observation (no simulator, no loss queries): deployable, unlike its teacher.
 
+**Cover-aware tokens** (the named variant ``set_distill_cover``: a model saved with ``cover_features``):
+each client's token also carries :data:`COVER_FEATURES`, ``kcenter_cover``'s state followed from the clients
+actually selected (:class:`CoverTracker`): whether the client is in the current cover, its distance (on the
+profiling round's PCA rows, over their mean pairwise distance) to the cover's nearest member, and whether
+``kcenter_cover`` would pick it this round. The plain tokens cannot see that state (the ``weights`` rows are the
+clients' latest models, not the profiling round's), and ``kcenter_cover`` is the best hand-written agent on five
+of the bench's eight scenarios: with them the learner can follow it and learn from the oracle where to leave it.
+
 A **named variant**, not a paper's algorithm: it borrows FAVOR's state (docs/SPEC.md §2, §4), DAgger's
 training loop and the bench oracle's candidates (docs/BENCHMARK.md).
 """
@@ -45,11 +53,14 @@ from fedsel_env.spec import SelectionSpec
 
 from .registry import AGENTS
 from .base import SelectionAgent
+from .kcenter import farthest_point
 from .per_client_net import ClientSetEncoder, ScoreHead
 
 #: the files of a saved model: the weights (read with ``torch.load(weights_only=True)``) and their metadata
 WEIGHTS_FILE, META_FILE = "set_distill.pt", "set_distill.json"
 _EPS = 1e-6
+#: the columns a cover-aware model appends to ``obs["clients"]`` (:class:`CoverTracker`)
+COVER_FEATURES = ("in_cover", "cover_distance", "cover_pick")
 
 
 def pair_distances(weights: th.Tensor) -> th.Tensor:
@@ -67,10 +78,16 @@ class SetScorer(nn.Module):
 
     :param observation_space: the env's Dict observation space (``weights``, ``clients``, ``progress``).
     :param hidden: width of the token encoder and of the score head.
+    :param cover_features: the tokens carry :data:`COVER_FEATURES` (the inputs are then augmented observations,
+        :meth:`CoverTracker.augment`).
     """
 
-    def __init__(self, observation_space: spaces.Dict, hidden: int = 64) -> None:
+    def __init__(self, observation_space: spaces.Dict, hidden: int = 64, cover_features: bool = False) -> None:
         super().__init__()
+        #: whether the tokens carry COVER_FEATURES (``observation_space`` is then the env's, without them)
+        self.cover_features = bool(cover_features)
+        if self.cover_features:
+            observation_space = with_cover_columns(observation_space)
         self.encoder = ClientSetEncoder(observation_space, hidden)
         self.head = ScoreHead(hidden)
         self.div_weight = nn.Parameter(th.zeros(1))
@@ -104,6 +121,73 @@ def greedy_set(scores: np.ndarray, dist: np.ndarray, w: float, available: np.nda
     return np.asarray(picked, dtype=np.int64)
 
 
+def with_cover_columns(space: spaces.Dict) -> spaces.Dict:
+    """``space`` with :data:`COVER_FEATURES` appended to the ``clients`` columns."""
+    n, f = space["clients"].shape
+    return spaces.Dict({**dict(space.spaces),
+                        "clients": spaces.Box(-np.inf, np.inf, (n, f + len(COVER_FEATURES)), np.float32)})
+
+
+class CoverTracker:
+    """``kcenter_cover``'s state followed from the clients actually selected, as per-client features.
+
+    The points are the first observation's client rows of ``weights`` (the profiling round's models, fixed for
+    the episode); a client joins the cover when an observation says it was selected in the last round
+    (``selected_last_round``), and a new cover starts when every client is in (holding the round's selected
+    clients that were already in the old one, as ``kcenter_cover``'s refills). ``features`` gives, per client:
+    in the cover (0/1); the distance to the cover's nearest member (to the points' mean while the cover is
+    empty) over the points' mean pairwise distance; whether ``kcenter_cover``'s farthest-point rule picks it
+    among the available clients this round (unused ones first, then used ones, as ``agents/kcenter_cover.py``).
+    """
+
+    def __init__(self, k: int, spec: SelectionSpec) -> None:
+        self.k, self.spec = int(k), spec
+        self.points: Optional[np.ndarray] = None
+
+    def start(self, obs: Dict[str, np.ndarray]) -> None:
+        self.points = np.asarray(obs["weights"], dtype=np.float64)[1:].copy()
+        self.used = np.zeros(self.points.shape[0], dtype=bool)
+        n = self.points.shape[0]
+        d = np.sqrt(((self.points[:, None] - self.points[None]) ** 2).sum(-1))
+        mean = d.sum() / max(n * (n - 1), 1)
+        self.scale = mean if mean > 0 else 1.0
+
+    def observe(self, obs: Dict[str, np.ndarray]) -> None:
+        """Fold in the last round's selection (the first call of an episode starts the tracker instead)."""
+        if self.points is None:
+            self.start(obs)
+            return
+        selected = self.spec.feature(obs, "selected_last_round") > 0.5
+        joined = self.used | selected
+        # a completed cover starts the next with the round's refills: the selected clients already in the old one
+        # (kcenter_cover completes a round from them when its unused clients run out)
+        self.used = (selected & self.used) if joined.all() else joined
+
+    def features(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        """(N, 3): :data:`COVER_FEATURES` for this observation (after :meth:`observe`)."""
+        pts, used = self.points, self.used
+        if used.any():
+            diff = pts[:, None, :] - pts[used][None, :, :]
+            dist = np.sqrt((diff ** 2).sum(-1)).min(axis=1)
+        else:
+            dist = np.linalg.norm(pts - pts.mean(axis=0), axis=1)
+        available = self.spec.feature(obs, "available") > 0.5
+        k = min(self.k, int(available.sum()))
+        pick = farthest_point(pts, np.flatnonzero(available & ~used), np.flatnonzero(used), k)
+        if pick.size < k:
+            more = farthest_point(pts, np.setdiff1d(np.flatnonzero(available), pick), pick, k - pick.size)
+            pick = np.concatenate([pick, more])
+        chosen = np.zeros(pts.shape[0], dtype=np.float32)
+        chosen[pick] = 1.0
+        return np.stack([used.astype(np.float32), (dist / self.scale).astype(np.float32), chosen], axis=1)
+
+    def augment(self, obs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """``obs`` with the features appended to ``clients`` (call :meth:`observe` first)."""
+        out = dict(obs)
+        out["clients"] = np.concatenate([np.asarray(obs["clients"], dtype=np.float32), self.features(obs)], axis=1)
+        return out
+
+
 def obs_tensors(obs: Dict[str, np.ndarray]) -> Dict[str, th.Tensor]:
     """One Dict observation as a batch of one tensor each."""
     return {k: th.as_tensor(np.asarray(obs[k], dtype=np.float32))[None] for k in ("weights", "clients", "progress")}
@@ -132,13 +216,14 @@ def load_model(folder: Union[str, Path], observation_space: spaces.Dict) -> Tupl
         raise ValueError(f"{folder} holds no set_distill model ({WEIGHTS_FILE} and {META_FILE}): train one with "
                          f"experiments/bench_learned.py --design set_distill, or name the folder it wrote")
     meta = json.loads((folder / META_FILE).read_text())
+    cover = bool(meta.get("cover_features", False))
     d = int(observation_space["weights"].shape[1])
     f = int(observation_space["clients"].shape[1])
     if meta["pca_components"] != d or meta["n_features"] != f:
         raise ValueError(f"the set_distill model in {folder} was trained with pca_components={meta['pca_components']} "
                          f"and {meta['n_features']} client features; this env has {d} and {f}: set the env's "
                          f"pca_components to {meta['pca_components']}")
-    model = SetScorer(observation_space, hidden=int(meta["hidden"]))
+    model = SetScorer(observation_space, hidden=int(meta["hidden"]), cover_features=cover)
     model.load_state_dict(th.load(folder / WEIGHTS_FILE, weights_only=True))
     model.eval()
     return model, meta
@@ -172,9 +257,24 @@ class SetDistillAgent(SelectionAgent):
         n_features = len(spec.client_features)
         space = observation_space_for(spec.num_clients, spec.pca_components, n_features)
         self.model = model if isinstance(model, SetScorer) else load_model(model, space)[0]
+        self.tracker = CoverTracker(self.k, spec) if self.model.cover_features else None
+        #: the model's input of the last ``select`` (the augmented observation for a cover-aware model)
+        self.last_input: Optional[Dict[str, np.ndarray]] = None
+
+    def reset(self, obs: Dict[str, np.ndarray]) -> None:
+        if self.tracker is not None:
+            self.tracker.points = None  # the next select starts it on this episode's first observation
+
+    def model_input(self, obs: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """What the model reads for ``obs``: the observation, or it with the cover features (the tracker moves
+        on: call once per round, as ``select`` does)."""
+        if self.tracker is None:
+            return obs
+        self.tracker.observe(obs)
+        return self.tracker.augment(obs)
 
     def scores(self, obs: Dict[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, float]:
-        """(s, D, w) of one observation."""
+        """(s, D, w) of one model input (:meth:`model_input`)."""
         t = obs_tensors(obs)
         with th.no_grad():
             s = self.model(t)[0].double().numpy()
@@ -182,7 +282,8 @@ class SetDistillAgent(SelectionAgent):
         return s, dist, float(self.model.div_weight.detach())
 
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
-        s, dist, w = self.scores(obs)
+        self.last_input = self.model_input(obs)
+        s, dist, w = self.scores(self.last_input)
         return greedy_set(s, dist, w, self.available(obs), self.k)
 
 
@@ -194,5 +295,5 @@ def candidate_members(candidates: Sequence[np.ndarray], n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["SetDistillAgent", "SetScorer", "candidate_members", "greedy_set", "load_model", "obs_tensors",
-           "observation_space_for", "pair_distances", "save_model"]
+__all__ = ["COVER_FEATURES", "CoverTracker", "SetDistillAgent", "SetScorer", "candidate_members", "greedy_set",
+           "load_model", "obs_tensors", "observation_space_for", "pair_distances", "save_model", "with_cover_columns"]

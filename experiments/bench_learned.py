@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
 #: the learned designs: ``set_distill`` (DAgger from the oracle) and ``pc_dqn`` (the per-client Double DQN of
 #: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
-DESIGNS = ("set_distill", "pc_dqn")
+DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover")
+#: the DAgger-trained designs (``agents/training/set_distill.py``); ``set_distill_cover`` is its cover-aware variant
+DISTILLED = ("set_distill", "set_distill_cover")
 #: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
 PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000}
 PC_DQN_ENVS = 16
@@ -72,7 +74,7 @@ def run_folder(out: Path, sc_name: str, seed: int, design: str = "set_distill") 
 def training_summary(out: Path, sc_name: str, seed: int, design: str) -> Optional[Dict[str, Any]]:
     """A finished training run's cost (None while it is not finished): wall seconds, env rounds, oracle rounds."""
     folder = run_folder(out, sc_name, seed, design)
-    if design == "set_distill":
+    if design in DISTILLED:
         path = folder / "summary.json"
         summ = json.loads(path.read_text()) if path.is_file() else None
         return summ if summ and summ["complete"] else None
@@ -143,8 +145,10 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
             cfg = DistillConfig(scenario=name, seed=seed, episodes=args.episodes or EPISODES[name],
                                 candidates=args.candidates, env_overrides=dict(args.overrides),
                                 eval_seeds=list(TUNING_SEEDS[:5]), eval_every=args.eval_every,
-                                beta_episodes=max(1, (args.episodes or EPISODES[name]) // 6))
-            summary = train(cfg, run_folder(args.out, name, seed), deadline=deadline, evaluate=greedy_eval)
+                                beta_episodes=max(1, (args.episodes or EPISODES[name]) // 6),
+                                cover_features=args.design == "set_distill_cover")
+            summary = train(cfg, run_folder(args.out, name, seed, args.design), deadline=deadline,
+                            evaluate=greedy_eval)
             print(f"{name} seed {seed}: {summary}", flush=True)
             if time.time() >= deadline:
                 return
@@ -152,7 +156,7 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
 
 def _policy_text(args: argparse.Namespace, name: str, seed: int, design: str) -> str:
     folder = run_folder(args.out, name, seed, design)
-    return f"{design}_s{seed}=" + (f"set_distill:model={folder}" if design == "set_distill" else str(folder))
+    return f"{design}_s{seed}=" + (f"set_distill:model={folder}" if design in DISTILLED else str(folder))
 
 
 def trained_designs(args: argparse.Namespace, name: str) -> List[str]:
@@ -296,24 +300,24 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                            "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
                 rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
                               "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
-            if design == "set_distill":  # its learning curve: greedy objective on tuning seeds, regret to the oracle
+            if design in DISTILLED:  # its learning curve: greedy objective on tuning seeds, regret to the oracle
                 for t in args.train_seeds:
-                    prog = run_folder(args.out, name, t) / "progress.jsonl"
+                    prog = run_folder(args.out, name, t, design) / "progress.jsonl"
                     for line in prog.read_text().splitlines():
                         r = json.loads(line)
                         rec.add_row(chunk, scenario=name, design=design, role="curve", training_seed=t,
                                     episode=r["episode"], regret=r["regret"], learner_best=r["learner_best"],
                                     beta=r["beta"], div_weight=r["div_weight"], tuning_objective=r.get("eval_mean"))
                 last = args.episodes or EPISODES[name]
-                tail = {"scenario": name, "role": "curve", "episode": list(range(last - 49, last + 1))}
-                rec.summarise(f"{name}: set_distill's pick the best candidate, share of rounds, last 50 episodes",
+                tail = {"scenario": name, "role": "curve", "design": design, "episode": list(range(last - 49, last + 1))}
+                rec.summarise(f"{name}: {design}'s pick the best candidate, share of rounds, last 50 episodes",
                               "mean", "learner_best", where=tail)
-                rec.summarise(f"{name}: set_distill's regret to the best candidate, last 50 episodes", "mean",
+                rec.summarise(f"{name}: {design}'s regret to the best candidate, last 50 episodes", "mean",
                               "regret", where=tail)
-                end = {"scenario": name, "role": "curve", "episode": last}
-                rec.summarise(f"{name}: set_distill's diversity weight w at the end, lowest", "min", "div_weight", where=end)
-                rec.summarise(f"{name}: set_distill's diversity weight w at the end, highest", "max", "div_weight", where=end)
-                rec.summarise(f"{name}: set_distill's tuning-seed objective at the end", "t_interval",
+                end = {"scenario": name, "role": "curve", "design": design, "episode": last}
+                rec.summarise(f"{name}: {design}'s diversity weight w at the end, lowest", "min", "div_weight", where=end)
+                rec.summarise(f"{name}: {design}'s diversity weight w at the end, highest", "max", "div_weight", where=end)
+                rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
@@ -353,8 +357,10 @@ def plot_curves(rec: records.Record, path: Path) -> Path:
     fig, axes = plt.subplots(2, max(len(names), 1), figsize=(4.2 * max(len(names), 1), 6.5), squeeze=False)
     for j, name in enumerate(names):
         entry = next(e for e in rec.notes["leaderboard"] if e["scenario"] == name and e["policy"] == "set_distill")
-        for t in sorted({r["training_seed"] for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name}):
-            rows = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r["training_seed"] == t]
+        curve = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name
+                 and r.get("design", "set_distill") == "set_distill"]  # set_distill's (the figure the docs show)
+        for t in sorted({r["training_seed"] for r in curve}):
+            rows = [r for r in curve if r["training_seed"] == t]
             ev = [(r["episode"], r["tuning_objective"]) for r in rows if r["tuning_objective"] is not None]
             axes[0, j].plot(*zip(*ev), marker="o", label=f"training seed {t}")
             reg = np.array([r["regret"] if r["regret"] is not None else np.nan for r in rows], dtype=float)

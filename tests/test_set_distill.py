@@ -209,3 +209,67 @@ def test_bench_learned_smoke_writes_a_recomputable_record(tmp_path):
     assert entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
     for s in doc["summaries"]:
         assert records.same(s["value"], records.compute(s, doc["rows"])), s["name"]
+
+
+# ---------------------------------------------------------------------------------- the cover-aware variant
+def _cover_obs(points, available, selected_last):
+    n = points.shape[0]
+    clients = np.zeros((n, len(CLIENT_FEATURES)), dtype=np.float32)
+    clients[:, CLIENT_FEATURES.index("available")] = available
+    clients[:, CLIENT_FEATURES.index("selected_last_round")] = selected_last
+    weights = np.vstack([np.zeros((1, points.shape[1])), points]).astype(np.float32)
+    return {"weights": weights, "clients": clients, "progress": np.array([0.0, 0.0], dtype=np.float32)}
+
+
+def test_the_cover_tracker_follows_kcenter_cover_from_the_actual_selections():
+    """Played with kcenter_cover's own picks, the tracker's pick column is kcenter_cover's choice every round
+    (availability varying, covers completing); its other columns say who is in the cover and how far each
+    client is from it."""
+    from agents.kcenter_cover import KCenterCoverAgent
+    from agents.set_distill import CoverTracker
+    from fedsel_env.spec import SelectionSpec
+
+    rng = np.random.default_rng(0)
+    n, k = 9, 2
+    points = rng.normal(size=(n, 3))
+    spec = SelectionSpec(num_clients=n, clients_per_round=k, action_mode="topk", num_samples=np.ones(n),
+                         max_rounds=20, pca_components=3, model_bytes=4)
+    heuristic, tracker = KCenterCoverAgent(spec), CoverTracker(k, spec)
+    last = np.zeros(n, dtype=np.float32)
+    for t in range(12):
+        available = (rng.random(n) < 0.8).astype(np.float32)
+        obs = _cover_obs(points, available, last)
+        tracker.observe(obs)
+        feats = tracker.features(obs)
+        assert feats.shape == (n, 3)
+        picked = heuristic.select(obs)
+        assert set(np.flatnonzero(feats[:, 2] > 0.5)) == set(picked.tolist()), t
+        in_cover = feats[:, 0] > 0.5
+        if in_cover.any():
+            assert np.all(feats[in_cover, 1] == 0.0) and np.all(feats[~in_cover, 1] > 0.0)
+        last = np.zeros(n, dtype=np.float32)
+        last[picked] = 1.0
+    aug = tracker.augment(obs)
+    assert aug["clients"].shape == (n, len(CLIENT_FEATURES) + 3) and aug["weights"] is obs["weights"]
+
+
+def test_a_cover_aware_run_trains_saves_and_deploys(tmp_path):
+    from fedsel_eval.episodes import run_episode
+
+    cfg = _tiny_cfg(episodes=2, cover_features=True)
+    summary = train(cfg, tmp_path / "m", log=lambda _l: None)
+    assert summary["complete"]
+    conf = json.loads((tmp_path / "m" / "config.json").read_text())
+    meta = json.loads((tmp_path / "m" / "set_distill.json").read_text())
+    assert conf["cover_features"] is True and meta["cover_features"] is True and meta["design"] == "set_distill_cover"
+    shard = np.load(tmp_path / "m" / "data" / "ep00000.npz")
+    assert shard["0_clients"].shape[1] == len(CLIENT_FEATURES) + 3  # the stored inputs carry the cover columns
+    env = FedSelectEnv(config={**cfg.env_config(), "max_rounds": 3})
+    agent_of = lambda spec: agents.make("set_distill", spec, model=str(tmp_path / "m"))  # noqa: E731
+    rec = run_episode(env, None, 100, make_policy=agent_of)
+    again = run_episode(env, None, 100, make_policy=agent_of)
+    assert rec["curves"]["selected"] == again["curves"]["selected"]  # the tracker restarts with each episode
+    env.close()
+    plain = tmp_path / "plain"
+    train(_tiny_cfg(episodes=1), plain, log=lambda _l: None)
+    assert "cover_features" not in json.loads((plain / "config.json").read_text())  # old runs resume unchanged

@@ -55,6 +55,9 @@ class DistillConfig:
         (through ``train``'s ``evaluate``).
     :param eval_seeds: seeds of that learning curve (the bench's tuning seeds; never the reporting ones).
     :param env_overrides: env-config fields over the scenario's (e.g. a smaller ``max_rounds`` for a test).
+    :param cover_features: train the cover-aware variant ``set_distill_cover`` (``agents/set_distill.py``: the
+        tokens carry ``kcenter_cover``'s state); omitted from ``config.json`` when False, so the runs made
+        before it existed resume unchanged.
     """
 
     scenario: str
@@ -70,6 +73,7 @@ class DistillConfig:
     eval_every: int = 25
     eval_seeds: Sequence[int] = (100, 101, 102, 103, 104)
     env_overrides: Dict[str, Any] = field(default_factory=dict)
+    cover_features: bool = False
 
     def __post_init__(self) -> None:
         from fedsel_env.bench import REPORTING_SEEDS, scenario
@@ -203,7 +207,10 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     folder = Path(folder)
     (folder / "data").mkdir(parents=True, exist_ok=True)
     conf_path = folder / "config.json"
-    conf = json.dumps(asdict(cfg), sort_keys=True, indent=1, default=list)
+    conf_dict = asdict(cfg)
+    if not cfg.cover_features:
+        del conf_dict["cover_features"]
+    conf = json.dumps(conf_dict, sort_keys=True, indent=1, default=list)
     if conf_path.is_file() and json.loads(conf_path.read_text()) != json.loads(conf):
         raise ValueError(f"{folder} holds a set_distill run of another config ({conf_path}): use a new folder "
                          f"or the same settings to resume")
@@ -214,7 +221,7 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     spec = env.selection_spec  # the problem's shape, known before any reset (each episode resets below)
     k, n_features = spec.clients_per_round, len(spec.client_features)
     th.manual_seed(cfg.seed)
-    model = SetScorer(env.observation_space, hidden=cfg.hidden)
+    model = SetScorer(env.observation_space, hidden=cfg.hidden, cover_features=cfg.cover_features)
     opt = th.optim.Adam(model.parameters(), lr=cfg.lr)
     buffer, start = RoundBuffer(cfg.buffer_rounds), 0
     ckpt = folder / "checkpoint.pt"
@@ -228,6 +235,8 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
         log(f"{sc.name} seed {cfg.seed}: resumed after episode {start}")
     meta = {"pca_components": int(spec.pca_components), "n_features": n_features, "hidden": cfg.hidden,
             "scenario": sc.name, "seed": cfg.seed, "design": "set_distill"}
+    if cfg.cover_features:
+        meta.update(design="set_distill_cover", cover_features=True)
     for i in range(start, cfg.episodes):
         if time.time() >= deadline or (stop_after is not None and i - start >= stop_after):
             break
@@ -253,7 +262,8 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
                 mine_score = next(y[j] for j, c in enumerate(cands) if frozenset(c.tolist()) == key) \
                     if mine.size else y.min()
                 regrets.append(float(y.max() - mine_score))
-                rounds.append({**{kk: np.asarray(obs[kk], dtype=np.float32) for kk in OBS_KEYS},
+                seen = learner.last_input  # the model's input: obs, with the cover features for that variant
+                rounds.append({**{kk: np.asarray(seen[kk], dtype=np.float32) for kk in OBS_KEYS},
                                "members": candidate_members(cands, spec.num_clients), "scores": y.astype(np.float32)})
                 buffer.add(rounds[-1:])
                 chosen = cands[int(np.argmax(y))] if ep_rng.random() < beta else mine
