@@ -14,6 +14,9 @@
 # import them) and runs the whole suite, `pytest -q`, split over 8 processes when pytest-xdist is there, in
 # place of the two partial pytest stages.
 #
+# The log's first line names the commit: GIT_REV=<rev> overrides it, for a copy of a checkout whose .git is
+# not the working tree's (a device runner's copy read a stale HEAD on 2026-11-26: docs/gpu_check/h200-run4-*).
+#
 # The output goes to stdout and to LOG (default $OUT/gpu_check.log, else ./gpu_check.log). Each stage has its
 # own time limit, so a hang costs one stage; the stages' limits add up to under 8 minutes (10 with --full;
 # a run takes about 6 on an H200).
