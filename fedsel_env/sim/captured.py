@@ -43,6 +43,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from .stacked_net import flat_gradient
+
 #: steps per captured graph, largest first; a round of S steps replays S // 64 of the first, ...
 BLOCKS = (64, 8, 1)
 #: shape keys kept per trainer (each holds its graphs' memory); the least recently used goes first
@@ -93,8 +95,10 @@ class _State:
         self.flat = torch.zeros((k, p), dtype=global_flat.dtype, device=dev)
         self.params = trainer.layout.unflatten(self.flat)  # views into flat: updated in place
         self.anchor = trainer.layout.unflatten(self.global_flat)
-        self.bufs = ([torch.zeros_like(self.params[n]) for n in trainer.layout.names]
-                     if trainer.momentum > 0 else None)
+        # the momentum: one (K, P) buffer (the stacked step updates it whole), the per-parameter views of it for
+        # the other steps
+        self.flat_buf = torch.zeros_like(self.flat) if trainer.momentum > 0 else None
+        self.bufs = (list(trainer.layout.unflatten(self.flat_buf).values()) if self.flat_buf is not None else None)
         net = getattr(trainer, "fused", None)  # a ReLU MLP's layers (fused_sgd), else None: vmap(grad)
         if net is not None:
             names = net.names()
@@ -107,8 +111,6 @@ class _State:
             self.x_rows = trainer.x.reshape(trainer.x.shape[0], net.in_features)
         # a Sequential CNN's step through stacked_net (on CUDA by default: ``stacked_step``), else vmap(grad)
         self.stacked = trainer.stacked if net is None and stacked_step(dev) else None
-        self.flat_buf = (torch.zeros_like(self.flat) if self.stacked is not None and trainer.momentum > 0
-                         else None)
         self.half_mu: Optional[torch.Tensor] = None  # FedProx's f32(μ/2) on the device, set per key
         self.graphs: Dict[int, torch.cuda.CUDAGraph] = {}
 
@@ -121,9 +123,6 @@ class _State:
         self.active[:s].copy_(active)
         self.global_flat.copy_(global_flat)
         self.flat.copy_(self.global_flat.expand_as(self.flat))
-        if self.bufs is not None:
-            for buf in self.bufs:
-                buf.zero_()
         if self.flat_buf is not None:
             self.flat_buf.zero_()
         self.counter.zero_()
@@ -174,8 +173,6 @@ class CapturedTrainer:
         x = tr.x.index_select(0, idx).reshape(st.k, st.b, *tr.x.shape[1:])
         y = tr.y.index_select(0, idx).reshape(st.k, st.b)
         if st.stacked is not None:  # stacked_net's step: the flat gradient, the update on the flat buffer
-            from .stacked_net import flat_gradient
-
             g = flat_gradient(st.stacked, tr.layout.unflatten, st.flat, x, y, m, st.global_flat, prox_mu)
             a = active.view(-1, 1)
             if st.flat_buf is not None:
