@@ -14,6 +14,6 @@ from .registry import AGENTS, make
 # Importing the modules registers the built-in agents (each with agents.registry's decorator).
 from . import afl, favor, fedcs, kcenter, kcenter_cover, oort, pow_d, qffl  # noqa: F401
 from . import lookahead  # noqa: F401  (privileged: FedSelect-Bench's planning oracle)
-from . import per_client, random_selection, rbcsf, rpow_d, set_distill  # noqa: F401
+from . import per_client, random_selection, rbcsf, rpow_d, set_distill, set_es  # noqa: F401
 
 __all__ = ["AGENTS", "SelectionAgent", "make"]

@@ -39,13 +39,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
 #: the learned designs: ``set_distill`` (DAgger from the oracle) and ``pc_dqn`` (the per-client Double DQN of
 #: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
-DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover")
+DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover", "set_es")
 #: the DAgger-trained designs (``agents/training/set_distill.py``); ``set_distill_cover`` is its cover-aware variant
 DISTILLED = ("set_distill", "set_distill_cover")
 #: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
 PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000}
 PC_DQN_ENVS = 16
 TRAIN_SEEDS = (0, 1, 2)
+#: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from one prototype run per
+#: scenario on the tuning seeds (each seed ~10-20 min here with two runs at once; docs/TRAINING.md)
+ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (40, 8),
+                               "FreeRiders": (40, 8), "NoisyLabels": (40, 8)}
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
 #: differ: chosen so that one training seed takes at most ~30 min on this machine; docs/TRAINING.md)
 EPISODES: Dict[str, int] = {"QuantitySkew": 300, "PowerOfChoice": 150, "NoisyLabels": 300, "FreeRiders": 200,
@@ -74,7 +78,7 @@ def run_folder(out: Path, sc_name: str, seed: int, design: str = "set_distill") 
 def training_summary(out: Path, sc_name: str, seed: int, design: str) -> Optional[Dict[str, Any]]:
     """A finished training run's cost (None while it is not finished): wall seconds, env rounds, oracle rounds."""
     folder = run_folder(out, sc_name, seed, design)
-    if design in DISTILLED:
+    if design in DISTILLED or design == "set_es":
         path = folder / "summary.json"
         summ = json.loads(path.read_text()) if path.is_file() else None
         return summ if summ and summ["complete"] else None
@@ -137,6 +141,16 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
         for seed in args.train_seeds:
             if time.time() >= deadline:
                 return
+            if args.design == "set_es":
+                from agents.training.set_es import ESConfig, train as train_es
+
+                gens, eps = ES_BUDGET[name] if not args.smoke else (2, 2)
+                es_cfg = ESConfig(scenario=name, seed=seed, generations=args.generations or gens, episodes=eps,
+                                  popsize=3 if args.smoke else None, env_overrides=dict(args.overrides),
+                                  eval_seeds=list(TUNING_SEEDS), eval_every=1 if args.smoke else 5)
+                summary = train_es(es_cfg, run_folder(args.out, name, seed, "set_es"), deadline=deadline)
+                print(f"{name} seed {seed}: {summary}", flush=True)
+                continue
             if args.design == "pc_dqn":
                 if training_summary(args.out, name, seed, "pc_dqn") is None:
                     train_pc_dqn(args, name, seed)
@@ -156,6 +170,8 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
 
 def _policy_text(args: argparse.Namespace, name: str, seed: int, design: str) -> str:
     folder = run_folder(args.out, name, seed, design)
+    if design == "set_es":
+        return f"{design}_s{seed}=set_es:model={folder}"
     return f"{design}_s{seed}=" + (f"set_distill:model={folder}" if design in DISTILLED else str(folder))
 
 
@@ -319,6 +335,20 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 rec.summarise(f"{name}: {design}'s diversity weight w at the end, highest", "max", "div_weight", where=end)
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
+            if design == "set_es":  # its learning curve: the search's mean on the tuning seeds, per generation
+                for t in args.train_seeds:
+                    prog = run_folder(args.out, name, t, design) / "progress.jsonl"
+                    for line in prog.read_text().splitlines():
+                        r = json.loads(line)
+                        rec.add_row(chunk, scenario=name, design=design, role="curve", training_seed=t,
+                                    generation=r["generation"], sigma=r["sigma"],
+                                    candidates_best=float(min(r["values_mean"]) if sc.lower_is_better
+                                                          else max(r["values_mean"])),
+                                    tuning_objective=r.get("eval_mean"))
+                end = {"scenario": name, "role": "curve", "design": design,
+                       "generation": int(json.loads(prog.read_text().splitlines()[-1])["generation"])}
+                rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
+                              "tuning_objective", where=end)
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
                                     "train_seconds", where=tw)
@@ -430,6 +460,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--design", choices=DESIGNS, default="set_distill", help="what --part train trains")
     p.add_argument("--steps", type=int, default=None, help="pc_dqn's training steps (default: PC_DQN_STEPS)")
     p.add_argument("--episodes", type=int, default=None, help="training episodes (default: EPISODES per scenario)")
+    p.add_argument("--generations", type=int, default=None, help="set_es's CMA-ES generations (default: ES_BUDGET)")
     p.add_argument("--candidates", type=int, default=16, help="the oracle's candidates per round (default 16)")
     p.add_argument("--eval-every", type=int, default=50, help="learning-curve evaluation every N episodes")
     p.add_argument("--max-minutes", type=float, default=math.inf, help="stop starting new work after this")

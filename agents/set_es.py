@@ -1,0 +1,137 @@
+"""``set_es``: a set selector whose few weights are searched by CMA-ES on the real episode objective.
+
+Issue #29. ``set_distill`` learns a one-round value (the oracle's one-round ranking) and ``pc_dqn`` a 1/K-round
+one-client return; docs/TRAINING.md's analysis found that what holds both back is the target: the best
+heuristics' advantage (``kcenter_cover``'s spread over a whole cover, ``pow_d``'s steady pull of the worst
+clients) shows over many rounds. This design optimises the scenario's own objective over whole episodes —
+rounds to Ω, worst-10% accuracy, seconds to Ω — by direct policy search.
+
+**The policy.** Each round, every client i has a token φ_i: the env's client features (``obs["clients"]``, the
+columns of ``SelectionSpec.client_features``) followed by ``kcenter_cover``'s state (:class:`~agents.set_distill.
+CoverTracker`: in the current cover, distance to the cover, the cover's pick this round), each column standardised
+over the round's available clients (so φ is free of the features' scales and of N). The set value is
+
+    V(S) = Σ_{k∈S} θ·φ_k  +  w · Σ_{i<j ∈ S} D_ij / C(K, 2),
+
+D the clients' distances in PCA space over their mean (``agents.set_distill.pair_distances``), and the round's
+set is V's greedy maximiser (``agents.set_distill.greedy_set``). With θ on ``cover_pick`` alone it is
+``kcenter_cover``; on ``loss`` alone, a stale-loss ``pow_d`` without queries; it reads only the observation
+(no loss queries, no simulator): deployable.
+
+**Training** (``agents/training/set_es.py``): CMA-ES (N. Hansen, "The CMA Evolution Strategy: A Tutorial",
+arXiv:1604.00772; the ``cma`` package) over the 16 numbers (θ, w), each generation's candidates all played on the
+same fresh federations (common random numbers) and ranked per federation by the scenario's objective — the real
+multi-round return, as in evolution strategies for RL (T. Salimans et al., "Evolution Strategies as a Scalable
+Alternative to Reinforcement Learning", arXiv:1703.03864, 2017). The deployed weights are the search's mean.
+
+A **named variant**, not a paper's algorithm: FAVOR's state (docs/SPEC.md §2, §4), ``kcenter_cover``'s cover
+(``agents/kcenter_cover.py``) and a linear set value, searched by CMA-ES.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Optional, Sequence, Union
+
+import numpy as np
+
+from fedsel_env.spec import SelectionSpec
+
+from .base import SelectionAgent
+from .registry import AGENTS
+from .set_distill import COVER_FEATURES, CoverTracker, greedy_set, obs_tensors, pair_distances
+
+#: the file a trained policy is saved in (JSON: the weights by feature name, and the training facts)
+POLICY_FILE = "set_es.json"
+_EPS = 1e-8
+
+
+def token_names(spec: SelectionSpec) -> list:
+    """The token's columns: the env's client features, then :data:`~agents.set_distill.COVER_FEATURES`."""
+    return [*spec.client_features, *COVER_FEATURES]
+
+
+def param_names(spec: SelectionSpec) -> list:
+    """The searched numbers: one weight per token column, then the diversity weight ``w``."""
+    return [*token_names(spec), "w"]
+
+
+def standardise(tokens: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Each column minus its mean over the available clients, over its standard deviation there (a constant column
+    becomes 0)."""
+    x = np.asarray(tokens, dtype=np.float64)
+    if not available.any():
+        return np.zeros_like(x)
+    a = x[available]
+    mean, std = a.mean(axis=0), a.std(axis=0)
+    return np.where(std > _EPS, (x - mean) / np.where(std > _EPS, std, 1.0), 0.0)
+
+
+def load_policy(folder: Union[str, Path], spec: SelectionSpec) -> Dict[str, Any]:
+    """A saved policy's JSON, checked against ``spec``'s client features.
+
+    :raises ValueError: when the folder holds no policy, or one made for other client features.
+    """
+    path = Path(folder) / POLICY_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} holds no set_es policy ({POLICY_FILE}): train one with experiments/"
+                         f"bench_learned.py --design set_es, or name the folder it wrote")
+    policy = json.loads(path.read_text())
+    if list(policy["params"]) != param_names(spec):
+        raise ValueError(f"the set_es policy in {folder} was trained with the token {list(policy['params'])[:-1]}; "
+                         f"this env's is {param_names(spec)[:-1]}: train it on this env's client features")
+    return policy
+
+
+@AGENTS.register("set_es")
+class SetESAgent(SelectionAgent):
+    """Deploy a ``set_es`` policy: greedy maximisation of its linear set value (module docstring).
+
+    :param spec: the problem's public description.
+    :param seed: unused (the choice is deterministic); kept for the registry's signature.
+    :param model: the folder a training run wrote (``set_es.json``), or the weights themselves: a sequence of
+        ``len(param_names(spec))`` numbers, or a mapping from those names to numbers.
+    """
+
+    name = "set_es"
+    supported_modes = ("topk", "subset")
+
+    def __init__(self, spec: SelectionSpec, seed: Optional[int] = None,
+                 model: Union[str, Path, Sequence[float], Dict[str, float], None] = None) -> None:
+        super().__init__(spec, seed)
+        names = param_names(spec)
+        if model is None:
+            raise ValueError("set_es needs a trained policy: set_es:model=<folder> (experiments/bench_learned.py "
+                             "--design set_es writes one per scenario and training seed)")
+        if isinstance(model, (str, Path)):
+            params = load_policy(model, spec)["params"]
+            model = [params[n] for n in names]
+        elif isinstance(model, dict):
+            missing = sorted(set(names) - set(model))
+            if missing:
+                raise ValueError(f"set_es weights lack {missing}: give every one of {names}")
+            model = [model[n] for n in names]
+        theta = np.asarray(model, dtype=np.float64).reshape(-1)
+        if theta.size != len(names) or not np.all(np.isfinite(theta)):
+            raise ValueError(f"set_es needs {len(names)} finite weights ({names}); got {theta.size}")
+        self.theta, self.w = theta[:-1], float(theta[-1])
+        self.tracker = CoverTracker(self.k, spec)
+
+    def reset(self, obs: Dict[str, np.ndarray]) -> None:
+        self.tracker.points = None  # the next select starts it on this episode's first observation
+
+    def scores(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        """Each client's θ·φ for this round (moves the cover tracker on: call once per round, as ``select`` does)."""
+        self.tracker.observe(obs)
+        tokens = np.concatenate([np.asarray(obs["clients"], dtype=np.float64), self.tracker.features(obs)], axis=1)
+        available = self.spec.feature(obs, "available") > 0.5
+        return standardise(tokens, available) @ self.theta
+
+    def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
+        s = self.scores(obs)
+        dist = pair_distances(obs_tensors(obs)["weights"])[0].double().numpy() if self.w != 0.0 else \
+            np.zeros((s.size, s.size))
+        return greedy_set(s, dist, self.w, self.available(obs), self.k)
+
+
+__all__ = ["POLICY_FILE", "SetESAgent", "load_policy", "param_names", "standardise", "token_names"]

@@ -1,0 +1,253 @@
+"""Training ``set_es`` (``agents/set_es.py``): CMA-ES over its weights, on the scenario's own episode objective.
+
+One training run = one scenario (``fedsel_env/bench.py``), one training seed, a number of generations. Each
+generation g:
+
+1. CMA-ES (the ``cma`` package) proposes P weight vectors (θ, w);
+2. every one of them plays the same E fresh federations, episode j from ``env.reset(seed=ES_SEED_BASE +
+   10_000·seed + E·g + j)`` (common random numbers: the candidates differ only in their selections); every
+   training federation (``fedsel_env.bench.federation_seed``) is checked to be none of the bench's tuning or
+   reporting ones;
+3. on each federation the P episodes' objectives (rounds to Ω, a miss counted as the cap; worst-10% accuracy;
+   seconds to Ω) are ranked, and a candidate's fitness is its mean rank over the E federations (so a hard
+   federation weighs no more than an easy one);
+4. CMA-ES is told the fitnesses; its mean is the policy, saved after every generation (``set_es.json``).
+
+Every ``eval_every`` generations (and at the end) the mean plays ``eval_seeds`` (the bench's tuning seeds, never
+the reporting ones): the learning curve in ``progress.jsonl``.
+
+Resumable without pickles: ``progress.jsonl`` holds every generation's candidates and fitnesses; a resumed run
+rebuilds the search from its seed and tells it the recorded fitnesses generation by generation (checking that it
+proposes the recorded candidates), then goes on. CMA-ES's random numbers come from numpy's global generator; the
+trainer keeps that generator's state apart (restoring the caller's around every ``ask``), so nothing else in the
+process moves it. A resumed run therefore equals an uninterrupted one (``tests/test_set_es.py``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .atomic import append_line, atomic_write_text
+
+ES_SEED_BASE = 2_000_000
+
+
+@dataclass
+class ESConfig:
+    """What one training run does (``config.json`` in its folder; a resume must match it).
+
+    :param scenario: a bench scenario's name.
+    :param seed: the training seed (the search's random numbers and the training federations).
+    :param generations: CMA-ES generations.
+    :param episodes: E, the federations every candidate of a generation plays.
+    :param popsize: P, candidates per generation (None: CMA-ES's default 4 + ⌊3 ln n⌋, 12 for 16 weights).
+    :param sigma0: the search's initial step size (the weights act on standardised columns, so 1 is one unit).
+    :param eval_every: every this many generations (and at the end) the mean plays ``eval_seeds``.
+    :param eval_seeds: the learning curve's seeds (the bench's tuning seeds; never reporting ones).
+    :param env_overrides: env-config fields over the scenario's (e.g. a smaller ``max_rounds`` for a test).
+    """
+
+    scenario: str
+    seed: int = 0
+    generations: int = 40
+    episodes: int = 8
+    popsize: Optional[int] = None
+    sigma0: float = 1.0
+    eval_every: int = 5
+    eval_seeds: Sequence[int] = (100, 101, 102, 103, 104, 105, 106, 107, 108, 109)
+    env_overrides: Dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from fedsel_env.bench import REPORTING_SEEDS, scenario
+
+        scenario(self.scenario)  # raises for an unknown name
+        for name in ("generations", "episodes", "eval_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"set_es: {name} = {v!r} is invalid: expected an integer >= 1")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"set_es: seed = {self.seed!r} is invalid: expected an integer >= 0")
+        if self.popsize is not None and (isinstance(self.popsize, bool) or not isinstance(self.popsize, int)
+                                         or self.popsize < 2):
+            raise ValueError(f"set_es: popsize = {self.popsize!r} is invalid: expected an integer >= 2 or None")
+        if not (isinstance(self.sigma0, (int, float)) and math.isfinite(self.sigma0) and self.sigma0 > 0):
+            raise ValueError(f"set_es: sigma0 = {self.sigma0!r} is invalid: expected a finite number > 0")
+        if self.generations * self.episodes > 10_000:
+            raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
+                             f"the training seed's range of federations: use fewer")
+        self.eval_seeds = [int(s) for s in self.eval_seeds]
+        if set(self.eval_seeds) & set(REPORTING_SEEDS):
+            raise ValueError(f"set_es: eval_seeds {self.eval_seeds} include bench reporting seeds "
+                             f"({REPORTING_SEEDS[0]}-{REPORTING_SEEDS[-1]}): the learning curve must use tuning seeds")
+
+    def env_config(self) -> Dict[str, Any]:
+        from fedsel_env.bench import scenario
+
+        cfg = scenario(self.scenario).env_config()
+        cfg.update(self.env_overrides)
+        cfg["observation"] = "dict"
+        return cfg
+
+    def episode_seed(self, generation: int, j: int) -> int:
+        return ES_SEED_BASE + 10_000 * self.seed + self.episodes * generation + j
+
+
+def check_training_seeds(cfg: ESConfig) -> None:
+    """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
+    from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS, federation_seed
+
+    held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
+    for g in range(cfg.generations):
+        for j in range(cfg.episodes):
+            if federation_seed(cfg.episode_seed(g, j)) in held:
+                raise ValueError(f"training generation {g} episode {j} (seed {cfg.episode_seed(g, j)}) would play a "
+                                 f"bench tuning/reporting federation: change the training seed")
+
+
+def rank_fitness(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
+    """(P, E) objectives → (P,) mean rank over the E federations (0 = best; ties share their mean rank)."""
+    from scipy.stats import rankdata
+
+    v = np.asarray(values, dtype=np.float64)
+    v = v if lower_is_better else -v
+    return np.mean([rankdata(v[:, j]) - 1.0 for j in range(v.shape[1])], axis=0)
+
+
+class _IsolatedNumpyRandom:
+    """numpy's global generator as CMA-ES's own: its state is swapped in around each use and out after."""
+
+    def __init__(self, seed: int) -> None:
+        outer = np.random.get_state()
+        np.random.seed(seed)
+        self.state = np.random.get_state()
+        np.random.set_state(outer)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        outer = np.random.get_state()
+        np.random.set_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = np.random.get_state()
+            np.random.set_state(outer)
+
+
+def make_search(cfg: ESConfig, n: int):
+    """The CMA-ES search over ``n`` weights from the zero vector, and its isolated random generator."""
+    import cma
+
+    rng = _IsolatedNumpyRandom(10_007 + cfg.seed)
+    opts = {"seed": 10_007 + cfg.seed, "verbose": -9, "verb_disp": 0, "verb_log": 0, "verb_filenameprefix": "",
+            "tolfun": 0, "tolflatfitness": 10**9, "tolstagnation": 10**9}
+    if cfg.popsize is not None:
+        opts["popsize"] = cfg.popsize
+    with rng.active():
+        es = cma.CMAEvolutionStrategy(np.zeros(n), cfg.sigma0, opts)
+    return es, rng
+
+
+def play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int]) -> Tuple[List[float], int]:
+    """The objective of the policy ``theta`` on each seed's episode (``fedsel_eval``'s episode loop), and the env
+    rounds they took in all."""
+    from agents.set_es import SetESAgent
+    from fedsel_env.bench import episode_objective
+    from fedsel_eval.episodes import run_episode
+
+    values, rounds = [], 0
+    for s in seeds:
+        rec = run_episode(env, None, int(s), make_policy=lambda spec: SetESAgent(spec, model=theta))
+        values.append(float(episode_objective(sc, rec)[0]))
+        rounds += int(rec["metrics"]["rounds"])
+    return values, rounds
+
+
+def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print, deadline: float = math.inf,
+          stop_after: Optional[int] = None) -> Dict[str, Any]:
+    """Train (or resume) ``cfg``'s run in ``folder``; return its summary (also ``summary.json``).
+
+    :param deadline: ``time.time()`` after which no new generation starts (the run resumes from there later).
+    :param stop_after: play at most this many generations in this call.
+    :raises ValueError: when ``folder`` holds a run of another config, or its log does not replay.
+    """
+    from agents.set_es import POLICY_FILE, param_names
+    from fedsel_env.bench import scenario
+    from fedsel_env.env import FedSelectEnv
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    conf_path = folder / "config.json"
+    conf = json.dumps(asdict(cfg), sort_keys=True, indent=1, default=list)
+    if conf_path.is_file() and json.loads(conf_path.read_text()) != json.loads(conf):
+        raise ValueError(f"{folder} holds a set_es run of another config ({conf_path}): use a new folder or the "
+                         f"same settings to resume")
+    atomic_write_text(conf_path, conf + "\n")
+    check_training_seeds(cfg)
+    sc = scenario(cfg.scenario)
+    env = FedSelectEnv(config=cfg.env_config())
+    names = param_names(env.selection_spec)
+    es, rng = make_search(cfg, len(names))
+    progress_path = folder / "progress.jsonl"
+    done_rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
+    for row in done_rows:  # replay the recorded generations
+        with rng.active():
+            xs = es.ask()
+        if not np.allclose(np.asarray(xs), np.asarray(row["candidates"]), rtol=0, atol=1e-9):
+            raise ValueError(f"{progress_path}: generation {row['generation']} does not replay (the search proposed "
+                             f"other candidates): the run was made by another version of cma or of this trainer; "
+                             f"train into a new folder")
+        with rng.active():
+            es.tell(xs, row["fitness"])
+    if done_rows:
+        log(f"{sc.name} seed {cfg.seed}: resumed after generation {len(done_rows)}")
+    start = len(done_rows)
+    meta = {"scenario": sc.name, "seed": cfg.seed, "design": "set_es", "objective": sc.objective}
+    for g in range(start, cfg.generations):
+        if time.time() >= deadline or (stop_after is not None and g - start >= stop_after):
+            break
+        t0 = time.perf_counter()
+        with rng.active():
+            xs = es.ask()
+        seeds = [cfg.episode_seed(g, j) for j in range(cfg.episodes)]
+        played = [play(env, sc, np.asarray(x), seeds) for x in xs]
+        values = np.asarray([v for v, _ in played])                                   # (P, E)
+        env_rounds = sum(r for _, r in played)
+        fitness = rank_fitness(values, sc.lower_is_better)
+        with rng.active():
+            es.tell(xs, fitness.tolist())
+        mean = np.asarray(es.mean, dtype=np.float64)
+        row = {"generation": g + 1, "candidates": [np.asarray(x).tolist() for x in xs], "fitness": fitness.tolist(),
+               "values_mean": values.mean(axis=1).tolist(), "episodes": int(values.size),
+               "sigma": float(es.sigma), "mean": mean.tolist()}
+        if (g + 1) % cfg.eval_every == 0 or g + 1 == cfg.generations:
+            vals, rounds = play(env, sc, mean, cfg.eval_seeds)
+            row["eval_mean"], row["eval_values"] = float(np.mean(vals)), vals
+            env_rounds += rounds
+        row["env_rounds"] = int(env_rounds)
+        row["wall_s"] = round(time.perf_counter() - t0, 3)
+        atomic_write_text(folder / POLICY_FILE, json.dumps(
+            {"params": dict(zip(names, mean.tolist())), **meta, "generations": g + 1}, indent=1) + "\n")
+        append_line(progress_path, json.dumps(row))
+        best = values.mean(axis=1)
+        log(f"{sc.name} seed {cfg.seed} generation {g + 1}/{cfg.generations}: σ {es.sigma:.3f}, candidates' mean "
+            f"{sc.objective} {best.min():.4g}–{best.max():.4g}"
+            + (f", eval {row['eval_mean']:.4g}" if "eval_mean" in row else "") + f", {row['wall_s']:.1f} s")
+    env.close()
+    rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
+    summary = {"scenario": sc.name, "seed": cfg.seed, "generations_done": len(rows),
+               "complete": len(rows) >= cfg.generations, "train_seconds": round(sum(r["wall_s"] for r in rows), 2),
+               "training_episodes": int(sum(r["episodes"] for r in rows)),
+               "env_rounds": int(sum(r["env_rounds"] for r in rows)), "oracle_rounds": 0,
+               "eval_episodes": int(sum(len(r.get("eval_values", ())) for r in rows))}
+    atomic_write_text(folder / "summary.json", json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+__all__ = ["ESConfig", "ES_SEED_BASE", "check_training_seeds", "make_search", "play", "rank_fitness", "train"]

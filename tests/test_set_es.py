@@ -1,0 +1,159 @@
+"""set_es (issue #29): the standardised token, the linear set value, the CMA-ES trainer, deployment."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import agents
+from agents.set_es import SetESAgent, param_names, standardise, token_names
+from agents.training.set_es import ESConfig, check_training_seeds, rank_fitness, train
+from fedsel_env.env import FedSelectEnv
+from fedsel_env.spec import CLIENT_FEATURES
+
+
+def test_standardise_uses_the_available_clients_and_zeroes_constant_columns():
+    x = np.array([[1.0, 5.0, 0.0], [3.0, 5.0, 9.0], [5.0, 5.0, 0.0], [100.0, 1.0, 0.0]])
+    avail = np.array([True, True, True, False])
+    z = standardise(x, avail)
+    a = x[:3, 0]
+    assert np.allclose(z[:, 0], (x[:, 0] - a.mean()) / a.std())
+    assert np.all(z[:, 1] == 0.0)                       # constant over the available clients
+    assert np.allclose(z[:3, 2].mean(), 0.0) and np.allclose(z[:3, 2].std(), 1.0)
+    assert np.all(standardise(x, np.zeros(4, dtype=bool)) == 0.0)
+
+
+def test_rank_fitness_ranks_each_federation_and_averages():
+    values = np.array([[10.0, 3.0], [20.0, 1.0], [10.0, 2.0]])   # 3 candidates × 2 federations
+    # lower is better: federation 0 ranks (0.5, 2, 0.5), federation 1 ranks (2, 0, 1)
+    assert np.allclose(rank_fitness(values, lower_is_better=True), [1.25, 1.0, 0.75])
+    assert np.allclose(rank_fitness(values, lower_is_better=False), [0.75, 1.0, 1.25])
+
+
+def _churn_env(**over):
+    cfg = ESConfig(scenario="Churn").env_config()
+    cfg.update(over)
+    return FedSelectEnv(config=cfg)
+
+
+def test_weights_on_the_cover_pick_alone_are_kcenter_cover():
+    """The policy class holds the heuristic: θ = 1 on ``cover_pick`` (w = 0) selects what ``kcenter_cover`` does,
+    round after round, on a real federation with churning availability."""
+    from agents.kcenter_cover import KCenterCoverAgent
+
+    env = _churn_env(max_rounds=12)
+    obs, _ = env.reset(seed=100)
+    spec = env.selection_spec
+    theta = np.zeros(len(param_names(spec)))
+    theta[token_names(spec).index("cover_pick")] = 1.0
+    mine, cover = SetESAgent(spec, model=theta), KCenterCoverAgent(spec)
+    mine.reset(obs)
+    cover.reset(obs)
+    done = False
+    while not done:
+        a, b = mine.select(obs), cover.select(obs)
+        assert set(a.tolist()) == set(b.tolist())
+        obs, _, term, trunc, _ = env.step(cover.to_action(b))
+        done = term or trunc
+    env.close()
+
+
+def test_the_loss_weight_alone_picks_the_highest_stale_losses():
+    env = _churn_env(max_rounds=4)
+    obs, _ = env.reset(seed=101)
+    spec = env.selection_spec
+    weights = dict.fromkeys(param_names(spec), 0.0)
+    weights["loss"] = 2.0
+    agent = SetESAgent(spec, model=weights)
+    agent.reset(obs)
+    chosen = agent.select(obs)
+    avail = agent.available(obs)
+    loss = spec.feature(obs, "loss")
+    assert set(chosen.tolist()) == set(avail[np.argsort(-loss[avail], kind="stable")][: spec.clients_per_round].tolist())
+    env.close()
+
+
+def test_bad_weights_and_folders_are_refused(tmp_path):
+    env = _churn_env(max_rounds=2)
+    spec = env.selection_spec
+    with pytest.raises(ValueError, match="needs a trained policy"):
+        agents.make("set_es", spec)
+    with pytest.raises(ValueError, match="needs 16 finite weights"):
+        SetESAgent(spec, model=[1.0, 2.0])
+    with pytest.raises(ValueError, match="finite weights"):
+        SetESAgent(spec, model=[np.nan] * 16)
+    with pytest.raises(ValueError, match="lack"):
+        SetESAgent(spec, model={"loss": 1.0})
+    with pytest.raises(ValueError, match="holds no set_es policy"):
+        SetESAgent(spec, model=str(tmp_path))
+    (tmp_path / "set_es.json").write_text(json.dumps({"params": {"a": 1.0, "w": 0.0}}))
+    with pytest.raises(ValueError, match="train it on this env's client features"):
+        SetESAgent(spec, model=str(tmp_path))
+    env.close()
+
+
+def _tiny(**kw):
+    base = dict(scenario="Churn", seed=0, generations=3, episodes=2, popsize=3, eval_every=2, eval_seeds=[100],
+                env_overrides={"max_rounds": 3})
+    base.update(kw)
+    return ESConfig(**base)
+
+
+def test_training_is_deterministic_and_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    cfg = _tiny()
+    state = np.random.get_state()
+    a = train(cfg, tmp_path / "a", log=lambda _l: None)
+    assert np.array_equal(np.random.get_state()[1], state[1])   # the caller's numpy generator is left alone
+    b = train(cfg, tmp_path / "b", log=lambda _l: None, deadline=-1)
+    assert b["generations_done"] == 0 and not b["complete"]
+    np.random.seed(12345)                                        # the caller moving numpy's generator changes nothing
+    assert train(cfg, tmp_path / "b", log=lambda _l: None, stop_after=1)["generations_done"] == 1
+    done = train(cfg, tmp_path / "b", log=lambda _l: None)
+    assert a["complete"] and done["complete"] and a["training_episodes"] == done["training_episodes"] == 3 * 3 * 2
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"}  # noqa: E731
+                       for x in (p / "progress.jsonl").read_text().splitlines()]
+    pa, pb = strip(tmp_path / "a"), strip(tmp_path / "b")
+    assert pa == pb and "eval_values" in pa[1] and "eval_values" in pa[2] and "eval_values" not in pa[0]
+    pol_a = json.loads((tmp_path / "a" / "set_es.json").read_text())
+    assert pol_a == json.loads((tmp_path / "b" / "set_es.json").read_text())
+    assert list(pol_a["params"].values()) == pa[-1]["mean"] and pol_a["generations"] == 3
+
+
+def test_a_log_that_does_not_replay_is_refused(tmp_path):
+    cfg = _tiny(generations=1)
+    train(cfg, tmp_path, log=lambda _l: None)
+    rows = [json.loads(x) for x in (tmp_path / "progress.jsonl").read_text().splitlines()]
+    rows[0]["candidates"][0][0] += 1.0
+    (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match="does not replay"):
+        train(cfg, tmp_path, log=lambda _l: None)
+    with pytest.raises(ValueError, match="another config"):
+        train(_tiny(generations=1, episodes=3), tmp_path, log=lambda _l: None)
+
+
+@pytest.mark.parametrize("kw, match", [({"generations": 0}, "generations = 0"), ({"sigma0": 0.0}, "sigma0 = 0.0"),
+                                        ({"popsize": 1}, "popsize = 1"), ({"scenario": "Nope"}, "unknown bench scenario"),
+                                        ({"eval_seeds": [9000]}, "reporting seeds"), ({"seed": -1}, "seed = -1"),
+                                        ({"generations": 2000, "episodes": 8}, "exceeds 10,000")])
+def test_bad_settings_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _tiny(**kw)
+
+
+def test_training_never_plays_a_bench_federation():
+    for seed in (0, 1, 2):
+        check_training_seeds(_tiny(generations=120, episodes=24, seed=seed))
+
+
+def test_the_trained_policy_deploys_through_the_registry_and_fedsel_eval(tmp_path):
+    from fedsel_eval.episodes import run_episode
+
+    train(_tiny(generations=1), tmp_path / "m", log=lambda _l: None)
+    env = _churn_env(max_rounds=3)
+    rec = run_episode(env, None, 100, make_policy=lambda spec: agents.make("set_es", spec, model=str(tmp_path / "m")))
+    assert rec["metrics"]["rounds"] == 3
+    for sel in rec["curves"]["selected"]:
+        assert 1 <= len(sel) <= 5
+    assert len(CLIENT_FEATURES) + 3 + 1 == len(param_names(env.selection_spec))
+    env.close()
