@@ -48,7 +48,7 @@ PC_DQN_ENVS = 16
 TRAIN_SEEDS = (0, 1, 2)
 #: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from one prototype run per
 #: scenario on the tuning seeds (each seed ~10-20 min here with two runs at once; docs/TRAINING.md)
-ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (40, 8),
+ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (60, 24),
                                "FreeRiders": (40, 8), "NoisyLabels": (40, 8)}
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
 #: differ: chosen so that one training seed takes at most ~30 min on this machine; docs/TRAINING.md)
