@@ -195,6 +195,9 @@ def part_eval(args: argparse.Namespace, deadline: float) -> None:
                     *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]]
         run_scenario(args.out / "eval" / name, sc, policies, args.seeds, cfg, deadline, ref,
                      log=lambda line: print(line, flush=True))
+        if "set_es" in designs:  # the lines its learning curve is read against: random and the best heuristic there
+            run_scenario(args.out / "tuning" / name, sc, ["random", best], list(TUNING_SEEDS), cfg, deadline, (),
+                         log=lambda line: print(line, flush=True))
 
 
 def larger_config(name: str, factor: int = 2) -> Dict[str, Any]:
@@ -349,6 +352,16 @@ def build_record(args: argparse.Namespace) -> records.Record:
                        "generation": int(json.loads(prog.read_text().splitlines()[-1])["generation"])}
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
+                tpath = args.out / "tuning" / name / "episodes.jsonl"
+                trows = [json.loads(x) for x in tpath.read_text().splitlines()] if tpath.is_file() else []
+                for r in trows:
+                    if r["policy"] in ("random", best) and r["seed"] in TUNING_SEEDS:
+                        rec.add_row(chunk, scenario=name, role="tuning_reference", policy=r["policy"], seed=r["seed"],
+                                    objective=sc.objective, value=r["value"], config_sha=r["config_sha"])
+                for p in ("random", best):
+                    if any(r["policy"] == p for r in trows):
+                        rec.summarise(f"{name}: {p} mean {sc.objective} on the tuning seeds", "mean", "value",
+                                      where={**w, "role": "tuning_reference", "policy": p})
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
                                     "train_seconds", where=tw)
@@ -403,6 +416,40 @@ def plot_curves(rec: records.Record, path: Path) -> Path:
         axes[1, j].set_xlabel("training episode")
         axes[1, j].set_ylabel("regret to the oracle's best candidate")
         axes[0, j].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def plot_es_curves(rec: records.Record, path: Path) -> Path:
+    """set_es's learning curves from the record: the search's mean on the tuning seeds 100-109 every 5 generations,
+    per training seed, against random and the best heuristic on the same seeds, and the reporting-seed mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = [e for e in rec.notes["leaderboard"] if e["policy"] == "set_es"]
+    fig, axes = plt.subplots(1, max(len(entries), 1), figsize=(4.2 * max(len(entries), 1), 3.6), squeeze=False)
+    for j, entry in enumerate(entries):
+        name, ax = entry["scenario"], axes[0, j]
+        curve = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r.get("design") == "set_es"]
+        for t in sorted({r["training_seed"] for r in curve}):
+            pts = [(r["generation"], r["tuning_objective"]) for r in curve
+                   if r["training_seed"] == t and r["tuning_objective"] is not None]
+            ax.plot(*zip(*pts), marker="o", ms=3, label=f"set_es, training seed {t}")
+        for p, style in (("random", "--"), (entry["best_heuristic"], "-.")):
+            key = f"{name}: {p} mean {entry['objective']} on the tuning seeds"
+            if any(sm["name"] == key for sm in rec.summaries):
+                ax.axhline(rec.value(key), color="grey" if p == "random" else "C3", ls=style, lw=1,
+                           label=f"{p}, tuning seeds")
+        ax.axhline(entry["mean"], color="k", ls=":", lw=1, label="set_es, reporting seeds")
+        ax.set_title(f"{name}: {entry['objective']} ({'↓' if entry['lower_is_better'] else '↑'})")
+        ax.set_xlabel("CMA-ES generation")
+        ax.set_ylabel("search mean, tuning seeds 100–109")
+        ax.legend(fontsize=6)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
@@ -493,8 +540,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not args.smoke and not args.no_publish and rec.notes["leaderboard"]:
             rec.write(RESULT)
             plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
+            if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
+                plot_es_curves(rec, ROOT / "docs" / "img" / "bench_learned_es_curves.png")
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
+        elif args.smoke and rec.notes["leaderboard"]:  # the figures too, into --out
+            plot_curves(rec, args.out / "curves.png")
+            if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
+                plot_es_curves(rec, args.out / "es_curves.png")
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
         print(larger_table(rec))
 

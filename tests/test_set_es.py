@@ -157,3 +157,24 @@ def test_the_trained_policy_deploys_through_the_registry_and_fedsel_eval(tmp_pat
         assert 1 <= len(sel) <= 5
     assert len(CLIENT_FEATURES) + 3 + 1 == len(param_names(env.selection_spec))
     env.close()
+
+
+def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_its_curves(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fedsel_eval import records
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "smoke"
+    r = subprocess.run([sys.executable, str(root / "experiments" / "bench_learned.py"), "--smoke", "--design", "set_es",
+                        "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = records.load(out / "record.json")
+    (entry,) = doc["notes"]["leaderboard"]
+    assert entry["policy"] == "set_es" and entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
+    assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference"}
+    for s in doc["summaries"]:
+        assert records.same(s["value"], records.compute(s, doc["rows"])), s["name"]
+    assert (out / "es_curves.png").stat().st_size > 10_000
