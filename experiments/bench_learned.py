@@ -352,6 +352,11 @@ def build_record(args: argparse.Namespace) -> records.Record:
                        "generation": int(json.loads(prog.read_text().splitlines()[-1])["generation"])}
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
+                for t in args.train_seeds:  # the deployed weights, by name (what the search found)
+                    pol = json.loads((run_folder(args.out, name, t, design) / "set_es.json").read_text())
+                    for pname, v in pol["params"].items():
+                        rec.add_row(chunk, scenario=name, design=design, role="weights", training_seed=t,
+                                    param=pname, value=float(v))
                 tpath = args.out / "tuning" / name / "episodes.jsonl"
                 trows = [json.loads(x) for x in tpath.read_text().splitlines()] if tpath.is_file() else []
                 for r in trows:
@@ -493,6 +498,24 @@ def larger_table(rec: records.Record) -> str:
     return "\n".join(lines)
 
 
+def es_weights_table(rec: records.Record) -> str:
+    """set_es's deployed weights per scenario (mean over the training seeds, and each seed's), from the record's
+    rows: the weights act on columns standardised over the round's available clients, so they compare."""
+    rows = [r for r in rec.rows if r.get("role") == "weights"]
+    names = sorted({r["scenario"] for r in rows}, key=lambda n: list(SCENARIOS).index(n) if n in SCENARIOS else 99)
+    if not names:
+        return "(no set_es model reported yet)"
+    params = list(dict.fromkeys(r["param"] for r in rows))
+    lines = ["| weight | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for p in params:
+        cells = []
+        for n in names:
+            v = [r["value"] for r in rows if r["scenario"] == n and r["param"] == p]
+            cells.append(f"{np.mean(v):+.2f} ({', '.join(f'{x:+.1f}' for x in v)})")
+        lines.append(f"| `{p}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _num(x: Any) -> str:
     return "—" if x is None else f"{x:+.2f}"
 
@@ -542,6 +565,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
             if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
                 plot_es_curves(rec, ROOT / "docs" / "img" / "bench_learned_es_curves.png")
+                splice_doc(ROOT / "docs" / "TRAINING.md", "set_es_weights", es_weights_table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
         elif args.smoke and rec.notes["leaderboard"]:  # the figures too, into --out
@@ -550,6 +574,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 plot_es_curves(rec, args.out / "es_curves.png")
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
         print(larger_table(rec))
+        if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
+            print(es_weights_table(rec))
 
 
 if __name__ == "__main__":
