@@ -46,10 +46,10 @@ DISTILLED = ("set_distill", "set_distill_cover")
 PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000}
 PC_DQN_ENVS = 16
 TRAIN_SEEDS = (0, 1, 2)
-#: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from one prototype run per
-#: scenario on the tuning seeds (each seed ~10-20 min here with two runs at once; docs/TRAINING.md)
+#: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from the cost of a
+#: scenario's first generations (each seed ~13-20 min here with two runs at once; docs/TRAINING.md)
 ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (60, 24),
-                               "FreeRiders": (40, 8), "NoisyLabels": (40, 8)}
+                               "FreeRiders": (60, 16), "NoisyLabels": (60, 16)}
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
 #: differ: chosen so that one training seed takes at most ~30 min on this machine; docs/TRAINING.md)
 EPISODES: Dict[str, int] = {"QuantitySkew": 300, "PowerOfChoice": 150, "NoisyLabels": 300, "FreeRiders": 200,
