@@ -215,6 +215,33 @@ def federation_seed(seed: int) -> int:
     return int(rng.integers(0, 2**31 - 1, size=5)[0])
 
 
+def training_env_config(name: str, overrides: Mapping[str, Any]) -> Dict[str, Any]:
+    """A learned selector's training env: the scenario's config, ``overrides`` over it, the Dict observation."""
+    cfg = scenario(name).env_config()
+    cfg.update(overrides)
+    cfg["observation"] = "dict"
+    return cfg
+
+
+def curve_seeds(who: str, seeds: Sequence[int]) -> List[int]:
+    """The seeds of a learning curve, as ints; refused when one is a reporting seed (a curve uses tuning seeds)."""
+    out = [int(s) for s in seeds]
+    if set(out) & set(REPORTING_SEEDS):
+        raise ValueError(f"{who}: eval_seeds {out} include bench reporting seeds "
+                         f"({REPORTING_SEEDS[0]}-{REPORTING_SEEDS[-1]}): the learning curve must use tuning seeds")
+    return out
+
+
+def check_fresh_federations(seeds: Mapping[str, int]) -> None:
+    """Refuse training episodes (``{"what": seed}``) of which one would play a bench tuning or reporting
+    federation."""
+    held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
+    for what, seed in seeds.items():
+        if federation_seed(seed) in held:
+            raise ValueError(f"{what} (seed {seed}) would play a bench tuning/reporting federation: change the "
+                             f"training seed")
+
+
 def normalised_score(random: float, oracle: float, policy: float) -> float:
     """(random − policy) / (random − oracle): 0 at random, 1 at the oracle, the same formula in either direction
     of the objective. NaN when the oracle is level with random (no headroom to normalise by)."""
@@ -223,4 +250,5 @@ def normalised_score(random: float, oracle: float, policy: float) -> float:
 
 
 __all__ = ["BENCH_IDS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS",
-           "episode_objective", "federation_seed", "normalised_score", "scenario", "select"]
+           "check_fresh_federations", "curve_seeds", "episode_objective", "federation_seed", "normalised_score",
+           "scenario", "select", "training_env_config"]

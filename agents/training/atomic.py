@@ -173,3 +173,17 @@ def plain(x: Any, finite: bool = False) -> Any:
 def jsonable(x: Any) -> Any:
     """Plain JSON types: :func:`plain` with NaN and ±inf as null (run folders, records, results)."""
     return plain(x, finite=True)
+
+
+def pin_run_config(folder: Path, conf: Mapping[str, Any], what: str) -> None:
+    """Write ``conf`` as ``folder/config.json``, or refuse when the folder already holds a run of another config
+    (a resume must use the same settings); ``what`` names the run's kind in the error."""
+    import json
+
+    path = Path(folder) / "config.json"
+    text = json.dumps(conf, sort_keys=True, indent=1, default=list)
+    if path.is_file() and json.loads(path.read_text()) != json.loads(text):
+        raise ValueError(f"{folder} holds a {what} run of another config ({path}): use a new folder or the same "
+                         f"settings to resume")
+    atomic_write_text(path, text + "\n")
+

@@ -36,7 +36,7 @@ import torch as th
 
 from agents.set_distill import SetDistillAgent, SetScorer, candidate_members, save_model
 
-from .atomic import append_line, atomic_save, atomic_write_text
+from .atomic import append_line, atomic_save, atomic_write_text, pin_run_config
 
 TRAIN_SEED_BASE = 1_000_000
 OBS_KEYS = ("weights", "clients", "progress")
@@ -76,7 +76,7 @@ class DistillConfig:
     cover_features: bool = False
 
     def __post_init__(self) -> None:
-        from fedsel_env.bench import REPORTING_SEEDS, scenario
+        from fedsel_env.bench import curve_seeds, scenario
 
         scenario(self.scenario)  # raises for an unknown name
         for name in ("episodes", "candidates", "hidden", "batch_size", "buffer_rounds", "eval_every"):
@@ -89,18 +89,12 @@ class DistillConfig:
                 raise ValueError(f"set_distill: {name} = {v!r} is invalid: expected an integer >= 0")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"set_distill: lr = {self.lr!r} is invalid: expected a finite number > 0")
-        self.eval_seeds = [int(s) for s in self.eval_seeds]
-        if set(self.eval_seeds) & set(REPORTING_SEEDS):
-            raise ValueError(f"set_distill: eval_seeds {self.eval_seeds} include bench reporting seeds "
-                             f"({REPORTING_SEEDS[0]}-{REPORTING_SEEDS[-1]}): the learning curve must use tuning seeds")
+        self.eval_seeds = curve_seeds("set_distill", self.eval_seeds)
 
     def env_config(self) -> Dict[str, Any]:
-        from fedsel_env.bench import scenario
+        from fedsel_env.bench import training_env_config
 
-        cfg = scenario(self.scenario).env_config()
-        cfg.update(self.env_overrides)
-        cfg["observation"] = "dict"
-        return cfg
+        return training_env_config(self.scenario, self.env_overrides)
 
     def episode_seed(self, i: int) -> int:
         return TRAIN_SEED_BASE + 10_000 * self.seed + i
@@ -108,14 +102,9 @@ class DistillConfig:
 
 def check_training_seeds(cfg: DistillConfig) -> None:
     """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
-    from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS
-    from fedsel_env.bench import federation_seed
+    from fedsel_env.bench import check_fresh_federations
 
-    held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
-    for i in range(cfg.episodes):
-        if federation_seed(cfg.episode_seed(i)) in held:
-            raise ValueError(f"training episode {i} (seed {cfg.episode_seed(i)}) would play a bench "
-                             f"tuning/reporting federation: change the training seed")
+    check_fresh_federations({f"training episode {i}": cfg.episode_seed(i) for i in range(cfg.episodes)})
 
 
 # ------------------------------------------------------------------------------------------ the loss
@@ -206,15 +195,10 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
 
     folder = Path(folder)
     (folder / "data").mkdir(parents=True, exist_ok=True)
-    conf_path = folder / "config.json"
     conf_dict = asdict(cfg)
     if not cfg.cover_features:
         del conf_dict["cover_features"]
-    conf = json.dumps(conf_dict, sort_keys=True, indent=1, default=list)
-    if conf_path.is_file() and json.loads(conf_path.read_text()) != json.loads(conf):
-        raise ValueError(f"{folder} holds a set_distill run of another config ({conf_path}): use a new folder "
-                         f"or the same settings to resume")
-    atomic_write_text(conf_path, conf + "\n")
+    pin_run_config(folder, conf_dict, "set_distill")
     check_training_seeds(cfg)
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())

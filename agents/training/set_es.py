@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from .atomic import append_line, atomic_write_text
+from .atomic import append_line, atomic_write_text, pin_run_config
 
 ES_SEED_BASE = 2_000_000
 
@@ -65,7 +65,7 @@ class ESConfig:
     env_overrides: Dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from fedsel_env.bench import REPORTING_SEEDS, scenario
+        from fedsel_env.bench import curve_seeds, scenario
 
         scenario(self.scenario)  # raises for an unknown name
         for name in ("generations", "episodes", "eval_every"):
@@ -82,18 +82,12 @@ class ESConfig:
         if self.generations * self.episodes > 10_000:
             raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
                              f"the training seed's range of federations: use fewer")
-        self.eval_seeds = [int(s) for s in self.eval_seeds]
-        if set(self.eval_seeds) & set(REPORTING_SEEDS):
-            raise ValueError(f"set_es: eval_seeds {self.eval_seeds} include bench reporting seeds "
-                             f"({REPORTING_SEEDS[0]}-{REPORTING_SEEDS[-1]}): the learning curve must use tuning seeds")
+        self.eval_seeds = curve_seeds("set_es", self.eval_seeds)
 
     def env_config(self) -> Dict[str, Any]:
-        from fedsel_env.bench import scenario
+        from fedsel_env.bench import training_env_config
 
-        cfg = scenario(self.scenario).env_config()
-        cfg.update(self.env_overrides)
-        cfg["observation"] = "dict"
-        return cfg
+        return training_env_config(self.scenario, self.env_overrides)
 
     def episode_seed(self, generation: int, j: int) -> int:
         return ES_SEED_BASE + 10_000 * self.seed + self.episodes * generation + j
@@ -101,14 +95,10 @@ class ESConfig:
 
 def check_training_seeds(cfg: ESConfig) -> None:
     """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
-    from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS, federation_seed
+    from fedsel_env.bench import check_fresh_federations
 
-    held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
-    for g in range(cfg.generations):
-        for j in range(cfg.episodes):
-            if federation_seed(cfg.episode_seed(g, j)) in held:
-                raise ValueError(f"training generation {g} episode {j} (seed {cfg.episode_seed(g, j)}) would play a "
-                                 f"bench tuning/reporting federation: change the training seed")
+    check_fresh_federations({f"training generation {g} episode {j}": cfg.episode_seed(g, j)
+                             for g in range(cfg.generations) for j in range(cfg.episodes)})
 
 
 def rank_fitness(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
@@ -183,12 +173,7 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print, deadli
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    conf_path = folder / "config.json"
-    conf = json.dumps(asdict(cfg), sort_keys=True, indent=1, default=list)
-    if conf_path.is_file() and json.loads(conf_path.read_text()) != json.loads(conf):
-        raise ValueError(f"{folder} holds a set_es run of another config ({conf_path}): use a new folder or the "
-                         f"same settings to resume")
-    atomic_write_text(conf_path, conf + "\n")
+    pin_run_config(folder, asdict(cfg), "set_es")
     check_training_seeds(cfg)
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
