@@ -217,15 +217,20 @@ def larger_config(name: str, factor: int = 2) -> Dict[str, Any]:
     return cfg
 
 
+#: the per-client designs played at 2 × N by ``--part larger_n`` (their weights do not depend on N)
+LARGER_N_DESIGNS = ("set_distill", "set_es")
+
+
 def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
-    """set_distill's models at 2 × the N they were trained at, beside random and the best heuristic (same seeds)."""
+    """The per-client models at 2 × the N they were trained at, beside random and the best heuristic (same seeds)."""
     ref = reference_rows()
     for name in args.scenarios:
-        if "set_distill" not in trained_designs(args, name):
+        designs = [d for d in LARGER_N_DESIGNS if d in trained_designs(args, name)]
+        if not designs:
             continue
         sc = scenario(name)
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
-        policies = ["random", best, *[_policy_text(args, name, s, "set_distill") for s in args.train_seeds]]
+        policies = ["random", best, *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]]
         cfg = larger_config(name)
         cfg.update(args.overrides)
         run_scenario(args.out / "eval_2n" / name, sc, policies, args.seeds, cfg, deadline, (),
@@ -233,7 +238,8 @@ def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
 
 
 def add_larger_n(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
-    """Rows and paired differences of ``part_larger_n``'s episodes (scenarios where all of them are there)."""
+    """Rows and paired differences of ``part_larger_n``'s episodes (each scenario and design whose episodes are all
+    there)."""
     ref = reference_rows()
     for name in args.scenarios:
         path = args.out / "eval_2n" / name / "episodes.jsonl"
@@ -241,22 +247,26 @@ def add_larger_n(rec: records.Record, args: argparse.Namespace, chunk: str) -> N
             continue
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
-        pols = ["random", best, *[f"set_distill_s{t}" for t in args.train_seeds]]
-        if not all((p, s) in rows for p in pols for s in args.seeds):
+        if not all((p, s) in rows for p in ("random", best) for s in args.seeds):
+            continue
+        designs = [d for d in LARGER_N_DESIGNS
+                   if all((f"{d}_s{t}", s) in rows for t in args.train_seeds for s in args.seeds)]
+        if not designs:
             continue
         n = larger_config(name)["num_clients"]
-        for p in pols:
+        for p in ["random", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]]:
+            design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in designs else None
             for s in args.seeds:
                 r = rows[(p, s)]
-                learned = p.startswith("set_distill")
-                rec.add_row(chunk, scenario=name, num_clients=n, role="larger_n", policy="set_distill" if learned else p,
-                            training_seed=int(p.rsplit("_s", 1)[1]) if learned else None, seed=s,
+                rec.add_row(chunk, scenario=name, num_clients=n, role="larger_n", policy=design or p,
+                            training_seed=int(p.rsplit("_s", 1)[1]) if design else None, seed=s,
                             objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
         w = {"scenario": name, "role": "larger_n"}
-        for ref_pol in ("random", best):
-            rec.summarise(f"{name} at N = {n}: set_distill − {ref_pol}, paired by seed", "paired_t", "value",
-                          where={**w, "policy": "set_distill"}, minus={**w, "policy": ref_pol})
-        for p in ("random", best, "set_distill"):
+        for design in designs:
+            for ref_pol in ("random", best):
+                rec.summarise(f"{name} at N = {n}: {design} − {ref_pol}, paired by seed", "paired_t", "value",
+                              where={**w, "policy": design}, minus={**w, "policy": ref_pol})
+        for p in ("random", best, *designs):
             rec.summarise(f"{name} at N = {n}: {p} mean {scenario(name).objective}", "mean", "value",
                           where={**w, "policy": p})
 
@@ -480,21 +490,23 @@ def table(rec: records.Record) -> str:
 
 
 def larger_table(rec: records.Record) -> str:
-    """set_distill at 2 × N: means and paired differences (from the record's summaries)."""
-    lines = ["| scenario | N (trained at) | random | best heuristic | set_distill | set_distill − random [95% CI] "
-             "| set_distill − best heuristic [95% CI] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    """The per-client designs at 2 × N: means and paired differences (from the record's summaries)."""
+    lines = ["| scenario | N (trained at) | design | random | best heuristic | learned | learned − random [95% CI] "
+             "| learned − best heuristic [95% CI] |", "|---|---:|---|---:|---:|---:|---:|---:|"]
     for name in rec.config.get("scenarios", []) or sorted({r["scenario"] for r in rec.rows if r.get("role") == "larger_n"}):
         rows = [r for r in rec.rows if r.get("role") == "larger_n" and r["scenario"] == name]
         if not rows:
             continue
         n, obj = rows[0]["num_clients"], rows[0]["objective"]
-        best = next(r["policy"] for r in rows if r["policy"] not in ("random", "set_distill"))
+        designs = [d for d in LARGER_N_DESIGNS if any(r["policy"] == d for r in rows)]
+        best = next(r["policy"] for r in rows if r["policy"] not in ("random", *designs))
         f = ".3f" if obj == "acc_worst10" else ".1f"
-        v = {p: rec.value(f"{name} at N = {n}: {p} mean {obj}") for p in ("random", best, "set_distill")}
-        d = {p: rec.value(f"{name} at N = {n}: set_distill − {p}, paired by seed") for p in ("random", best)}
+        v = {p: rec.value(f"{name} at N = {n}: {p} mean {obj}") for p in ("random", best, *designs)}
         cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
-        lines.append(f"| {name} | {n} ({scenario(name).config['num_clients']}) | {v['random']:{f}} | `{best}` "
-                     f"{v[best]:{f}} | {v['set_distill']:{f}} | {cell(d['random'])} | {cell(d[best])} |")
+        for d in designs:
+            diff = {p: rec.value(f"{name} at N = {n}: {d} − {p}, paired by seed") for p in ("random", best)}
+            lines.append(f"| {name} | {n} ({scenario(name).config['num_clients']}) | `{d}` | {v['random']:{f}} | "
+                         f"`{best}` {v[best]:{f}} | {v[d]:{f}} | {cell(diff['random'])} | {cell(diff[best])} |")
     return "\n".join(lines)
 
 
@@ -523,7 +535,7 @@ def _num(x: Any) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--part", choices=("train", "eval", "larger_n", "report", "all"), default="all",
-                   help="larger_n: set_distill's models at 2 × N (the PCA width they were trained with)")
+                   help="larger_n: set_distill's and set_es's models at 2 × N (the PCA width they were trained with)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
