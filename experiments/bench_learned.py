@@ -511,19 +511,26 @@ def larger_table(rec: records.Record) -> str:
 
 
 def es_weights_table(rec: records.Record) -> str:
-    """set_es's deployed weights per scenario (mean over the training seeds, and each seed's), from the record's
-    rows: the weights act on columns standardised over the round's available clients, so they compare."""
+    """set_es's deployed weights per scenario, from the record's rows: each training seed's vector (θ, w) over its
+    length (the greedy choice is the same for any positive multiple, so only the direction compares), the mean over
+    the seeds and each seed's. The weights act on columns standardised over the round's available clients."""
     rows = [r for r in rec.rows if r.get("role") == "weights"]
     names = sorted({r["scenario"] for r in rows}, key=lambda n: list(SCENARIOS).index(n) if n in SCENARIOS else 99)
     if not names:
         return "(no set_es model reported yet)"
     params = list(dict.fromkeys(r["param"] for r in rows))
-    lines = ["| weight | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    unit: Dict[tuple, float] = {}
+    for n in names:
+        for t in sorted({r["training_seed"] for r in rows if r["scenario"] == n}):
+            vec = {r["param"]: r["value"] for r in rows if r["scenario"] == n and r["training_seed"] == t}
+            norm = float(np.linalg.norm(list(vec.values()))) or 1.0
+            unit.update({(n, t, p): v / norm for p, v in vec.items()})
+    lines = ["| weight (unit vector) | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for p in params:
         cells = []
         for n in names:
-            v = [r["value"] for r in rows if r["scenario"] == n and r["param"] == p]
-            cells.append(f"{np.mean(v):+.2f} ({', '.join(f'{x:+.1f}' for x in v)})")
+            v = [x for (n2, _t, p2), x in sorted(unit.items()) if n2 == n and p2 == p]
+            cells.append(f"{np.mean(v):+.2f} ({', '.join(f'{x:+.2f}' for x in v)})")
         lines.append(f"| `{p}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
