@@ -324,7 +324,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
             mean[design] = rec.summarise(f"{name}: {design} mean {sc.objective}", "mean", "value",
                                          where={**ep, "policy": design})
             diffs = {}
-            for ref_pol, tag in (("random", "random"), (best, "best_heuristic")):
+            for ref_pol, tag in (("random", "random"), (best, "best_heuristic"), ("lookahead", "oracle")):
                 diffs[tag] = rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), paired by seed", "paired_t",
                                            "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
                 rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
@@ -392,6 +392,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 "delta_vs_random": diffs["random"]["mean"],
                 "delta_vs_best_heuristic": diffs["best_heuristic"]["mean"],
                 "delta_vs_best_heuristic_ci": [lo, hi], "beats_best_heuristic": bool(better),
+                "delta_vs_oracle": diffs["oracle"]["mean"], "delta_vs_oracle_ci": [diffs["oracle"]["lo"], diffs["oracle"]["hi"]],
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
     add_larger_n(rec, args, chunk)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
