@@ -114,6 +114,15 @@ def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
         env.close()
 
 
+def es_play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int]) -> tuple:
+    """set_es's episode loop: the weights ``theta`` deployed on each seed's episode (``fedsel_eval``), their
+    objectives and the env rounds they took."""
+    from agents.set_es import SetESAgent
+    from fedsel_eval.bench import objectives
+
+    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta), seeds)
+
+
 def train_pc_dqn(args: argparse.Namespace, name: str, seed: int) -> None:
     """``train_agent.py --algo pc_dqn`` on the scenario (its own PCA width, so the model deploys on it unchanged),
     a new federation every episode, ``PC_DQN_ENVS`` sub-envs of the batched vector env; resumes a cut run."""
@@ -148,7 +157,7 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
                 es_cfg = ESConfig(scenario=name, seed=seed, generations=args.generations or gens, episodes=eps,
                                   popsize=3 if args.smoke else None, env_overrides=dict(args.overrides),
                                   eval_seeds=list(TUNING_SEEDS), eval_every=1 if args.smoke else 5)
-                summary = train_es(es_cfg, run_folder(args.out, name, seed, "set_es"), deadline=deadline)
+                summary = train_es(es_cfg, run_folder(args.out, name, seed, "set_es"), es_play, deadline=deadline)
                 print(f"{name} seed {seed}: {summary}", flush=True)
                 continue
             if args.design == "pc_dqn":

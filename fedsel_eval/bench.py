@@ -29,7 +29,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -47,6 +47,21 @@ RESAMPLES = 4000
 def config_sha(config: Mapping[str, Any]) -> str:
     """A short hash of a scenario's env config: rows made under another config are not reused."""
     return hashlib.sha256(json.dumps(jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def objectives(env: Any, sc: Scenario, make_policy: Callable[[Any], Any],
+               seeds: Sequence[int]) -> Tuple[List[float], int]:
+    """The scenario's objective of the policy ``make_policy(spec)`` builds, on each seed's episode of ``env``
+    (:func:`fedsel_eval.episodes.run_episode`; a missed Ω counts as the cap), and the env rounds they took in all.
+    ``set_es``'s trainer plays its candidates with it (``experiments/bench_learned.py``)."""
+    from .episodes import run_episode
+
+    values, rounds = [], 0
+    for s in seeds:
+        rec = run_episode(env, None, int(s), make_policy=make_policy)
+        values.append(float(episode_objective(sc, rec)[0]))
+        rounds += int(rec["metrics"]["rounds"])
+    return values, rounds
 
 
 def splice_doc(doc: Path, name: str, text: str) -> None:

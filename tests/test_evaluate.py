@@ -41,8 +41,9 @@ def default_run(tmp_path_factory):
 def test_default_run_writes_table_csv_jsonl_and_plots(default_run, capsys):
     import agents
 
-    # favor, per_client and set_distill need a model, lookahead is privileged (reads the simulator): left out of 'all'
-    expected = sorted(n for n in agents.AGENTS if n not in ("favor", "per_client", "set_distill", "lookahead"))
+    # favor, per_client, set_distill and set_es need a model, lookahead is privileged (reads the simulator): left out
+    # of 'all'
+    expected = sorted(n for n in agents.AGENTS if n not in ("favor", "per_client", "set_distill", "set_es", "lookahead"))
     recs = records(default_run)
     assert sorted({r["policy"] for r in recs.values()}) == expected
     assert len(recs) == 2 * len(expected)

@@ -99,7 +99,8 @@ def test_script_for_refuses_a_script_it_cannot_edit():
 # -- the README loop with every registered agent -----------------------------------------------------------
 
 def _extra_params(name: str, env) -> dict:
-    """What an agent needs beyond the env: favor, per_client and set_distill act from a model (an untrained one here)."""
+    """What an agent needs beyond the env: favor, per_client and set_distill act from a model (an untrained one here),
+    set_es from its weights."""
     cfg = env.unwrapped.config
     if name == "favor":
         from stable_baselines3 import DQN
@@ -118,6 +119,10 @@ def _extra_params(name: str, env) -> dict:
         from agents.set_distill import SetScorer
 
         return {"model": SetScorer(env.observation_space, hidden=8)}
+    if name == "set_es":  # its 16 weights: kcenter_cover's pick alone
+        from agents.set_es import param_names
+
+        return {"model": {n: float(n == "cover_pick") for n in param_names(env.unwrapped.selection_spec)}}
     if name == "lookahead":  # the planning oracle: two candidates a round, one round deep (seconds, not a minute)
         return {"candidates": 2, "depth": 1, "proposers": ["random"]}
     return {}

@@ -13,6 +13,13 @@ from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
 
 
+def _play(env, sc, theta, seeds):
+    """The trainer's episode loop, as experiments/bench_learned.py gives it."""
+    from fedsel_eval.bench import objectives
+
+    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta), seeds)
+
+
 def test_standardise_uses_the_available_clients_and_zeroes_constant_columns():
     x = np.array([[1.0, 5.0, 0.0], [3.0, 5.0, 9.0], [5.0, 5.0, 0.0], [100.0, 1.0, 0.0]])
     avail = np.array([True, True, True, False])
@@ -103,13 +110,13 @@ def _tiny(**kw):
 def test_training_is_deterministic_and_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     cfg = _tiny()
     state = np.random.get_state()
-    a = train(cfg, tmp_path / "a", log=lambda _l: None)
+    a = train(cfg, tmp_path / "a", _play, log=lambda _l: None)
     assert np.array_equal(np.random.get_state()[1], state[1])   # the caller's numpy generator is left alone
-    b = train(cfg, tmp_path / "b", log=lambda _l: None, deadline=-1)
+    b = train(cfg, tmp_path / "b", _play, log=lambda _l: None, deadline=-1)
     assert b["generations_done"] == 0 and not b["complete"]
     np.random.seed(12345)                                        # the caller moving numpy's generator changes nothing
-    assert train(cfg, tmp_path / "b", log=lambda _l: None, stop_after=1)["generations_done"] == 1
-    done = train(cfg, tmp_path / "b", log=lambda _l: None)
+    assert train(cfg, tmp_path / "b", _play, log=lambda _l: None, stop_after=1)["generations_done"] == 1
+    done = train(cfg, tmp_path / "b", _play, log=lambda _l: None)
     assert a["complete"] and done["complete"] and a["training_episodes"] == done["training_episodes"] == 3 * 3 * 2
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"}  # noqa: E731
                        for x in (p / "progress.jsonl").read_text().splitlines()]
@@ -122,14 +129,14 @@ def test_training_is_deterministic_and_a_resumed_run_equals_an_uninterrupted_one
 
 def test_a_log_that_does_not_replay_is_refused(tmp_path):
     cfg = _tiny(generations=1)
-    train(cfg, tmp_path, log=lambda _l: None)
+    train(cfg, tmp_path, _play, log=lambda _l: None)
     rows = [json.loads(x) for x in (tmp_path / "progress.jsonl").read_text().splitlines()]
     rows[0]["candidates"][0][0] += 1.0
     (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match="does not replay"):
-        train(cfg, tmp_path, log=lambda _l: None)
+        train(cfg, tmp_path, _play, log=lambda _l: None)
     with pytest.raises(ValueError, match="another config"):
-        train(_tiny(generations=1, episodes=3), tmp_path, log=lambda _l: None)
+        train(_tiny(generations=1, episodes=3), tmp_path, _play, log=lambda _l: None)
 
 
 @pytest.mark.parametrize("kw, match", [({"generations": 0}, "generations = 0"), ({"sigma0": 0.0}, "sigma0 = 0.0"),
@@ -149,7 +156,7 @@ def test_training_never_plays_a_bench_federation():
 def test_the_trained_policy_deploys_through_the_registry_and_fedsel_eval(tmp_path):
     from fedsel_eval.episodes import run_episode
 
-    train(_tiny(generations=1), tmp_path / "m", log=lambda _l: None)
+    train(_tiny(generations=1), tmp_path / "m", _play, log=lambda _l: None)
     env = _churn_env(max_rounds=3)
     rec = run_episode(env, None, 100, make_policy=lambda spec: agents.make("set_es", spec, model=str(tmp_path / "m")))
     assert rec["metrics"]["rounds"] == 3

@@ -144,24 +144,17 @@ def make_search(cfg: ESConfig, n: int):
     return es, rng
 
 
-def play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int]) -> Tuple[List[float], int]:
-    """The objective of the policy ``theta`` on each seed's episode (``fedsel_eval``'s episode loop), and the env
-    rounds they took in all."""
-    from agents.set_es import SetESAgent
-    from fedsel_env.bench import episode_objective
-    from fedsel_eval.episodes import run_episode
-
-    values, rounds = [], 0
-    for s in seeds:
-        rec = run_episode(env, None, int(s), make_policy=lambda spec: SetESAgent(spec, model=theta))
-        values.append(float(episode_objective(sc, rec)[0]))
-        rounds += int(rec["metrics"]["rounds"])
-    return values, rounds
+#: ``play(env, scenario, theta, seeds)`` → (the objective of the weights ``theta`` on each seed's episode, the env
+#: rounds they took): the episode loop, given by the caller (``experiments/bench_learned.py``'s ``es_play`` runs
+#: ``fedsel_eval``'s; this layer does not import the evaluation package)
+PlayFn = Callable[[Any, Any, np.ndarray, Sequence[int]], Tuple[List[float], int]]
 
 
-def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print, deadline: float = math.inf,
-          stop_after: Optional[int] = None) -> Dict[str, Any]:
+def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] = print,
+          deadline: float = math.inf, stop_after: Optional[int] = None) -> Dict[str, Any]:
     """Train (or resume) ``cfg``'s run in ``folder``; return its summary (also ``summary.json``).
+
+    :param play: the episode loop (:data:`PlayFn`).
 
     :param deadline: ``time.time()`` after which no new generation starts (the run resumes from there later).
     :param stop_after: play at most this many generations in this call.
@@ -235,4 +228,4 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print, deadli
     return summary
 
 
-__all__ = ["ESConfig", "ES_SEED_BASE", "check_training_seeds", "make_search", "play", "rank_fitness", "train"]
+__all__ = ["ESConfig", "ES_SEED_BASE", "PlayFn", "check_training_seeds", "make_search", "rank_fitness", "train"]
