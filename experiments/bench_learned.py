@@ -100,16 +100,13 @@ def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
     """The learner's objective on ``cfg.eval_seeds`` (tuning seeds), played through ``fedsel_eval`` (a missed Ω
     counts as the cap): the learning curve of a training run."""
     from agents.set_distill import SetDistillAgent
-    from fedsel_env.bench import episode_objective
     from fedsel_env.env import FedSelectEnv
-    from fedsel_eval.episodes import run_episode
+    from fedsel_eval.bench import objectives
 
-    sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
     try:
-        return [episode_objective(sc, run_episode(env, None, int(s),
-                                                  make_policy=lambda spec: SetDistillAgent(spec, model=model)))[0]
-                for s in cfg.eval_seeds]
+        return objectives(env, scenario(cfg.scenario), lambda spec: SetDistillAgent(spec, model=model),
+                          cfg.eval_seeds)[0]
     finally:
         env.close()
 
@@ -244,6 +241,73 @@ def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
         cfg.update(args.overrides)
         run_scenario(args.out / "eval_2n" / name, sc, policies, args.seeds, cfg, deadline, (),
                      log=lambda line: print(line, flush=True))
+
+
+#: seeds no version of any learned design had been reported on: set_es's wins re-played there (``--part confirm``),
+#: beside random and the best heuristic (none is a tuning, reporting or training federation: checked)
+CONFIRM_SEEDS = tuple(range(20_000, 20_030))
+
+
+def part_confirm(args: argparse.Namespace, deadline: float) -> None:
+    """set_es's models, random and the best heuristic on :data:`CONFIRM_SEEDS` (the scenario's own config)."""
+    from fedsel_env.bench import check_fresh_federations
+
+    check_fresh_federations({f"confirmation seed {s}": s for s in CONFIRM_SEEDS})
+    ref = reference_rows()
+    for name in args.scenarios:
+        if "set_es" not in trained_designs(args, name):
+            continue
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
+        cfg = scenario(name).env_config()
+        cfg.update(args.overrides)
+        run_scenario(args.out / "confirm" / name, scenario(name), ["random", best,
+                     *[_policy_text(args, name, s, "set_es") for s in args.train_seeds]],
+                     list(CONFIRM_SEEDS), cfg, deadline, (), log=lambda line: print(line, flush=True))
+
+
+def add_confirm(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
+    """Rows and paired differences of ``part_confirm``'s episodes (scenarios where all of them are there)."""
+    ref = reference_rows()
+    for name in args.scenarios:
+        path = args.out / "confirm" / name / "episodes.jsonl"
+        if not path.is_file():
+            continue
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
+        pols = ["random", best, *[f"set_es_s{t}" for t in args.train_seeds]]
+        if not all((p, s) in rows for p in pols for s in CONFIRM_SEEDS):
+            continue
+        for p in pols:
+            for s in CONFIRM_SEEDS:
+                r = rows[(p, s)]
+                learned = p.startswith("set_es_s")
+                rec.add_row(chunk, scenario=name, role="confirm", policy="set_es" if learned else p,
+                            training_seed=int(p.rsplit("_s", 1)[1]) if learned else None, seed=s,
+                            objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
+        w = {"scenario": name, "role": "confirm"}
+        for ref_pol in ("random", best):
+            rec.summarise(f"{name} on the confirmation seeds: set_es − {ref_pol}, paired by seed", "paired_t", "value",
+                          where={**w, "policy": "set_es"}, minus={**w, "policy": ref_pol})
+        for p in ("random", best, "set_es"):
+            rec.summarise(f"{name} on the confirmation seeds: {p} mean {scenario(name).objective}", "mean", "value",
+                          where={**w, "policy": p})
+
+
+def confirm_table(rec: records.Record) -> str:
+    """set_es on the confirmation seeds: means and paired differences (from the record's summaries)."""
+    lines = ["| scenario | random | best heuristic | set_es | set_es − random [95% CI] | set_es − best heuristic [95% CI] |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name in sorted({r["scenario"] for r in rec.rows if r.get("role") == "confirm"}, key=list(SCENARIOS).index):
+        rows = [r for r in rec.rows if r.get("role") == "confirm" and r["scenario"] == name]
+        obj = rows[0]["objective"]
+        best = next(r["policy"] for r in rows if r["policy"] not in ("random", "set_es"))
+        f = ".3f" if obj == "acc_worst10" else ".1f"
+        v = {p: rec.value(f"{name} on the confirmation seeds: {p} mean {obj}") for p in ("random", best, "set_es")}
+        d = {p: rec.value(f"{name} on the confirmation seeds: set_es − {p}, paired by seed") for p in ("random", best)}
+        cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
+        lines.append(f"| {name} | {v['random']:{f}} | `{best}` {v[best]:{f}} | {v['set_es']:{f}} | {cell(d['random'])} "
+                     f"| {cell(d[best])} |")
+    return "\n".join(lines)
 
 
 def add_larger_n(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
@@ -404,6 +468,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 "delta_vs_oracle": diffs["oracle"]["mean"], "delta_vs_oracle_ci": [diffs["oracle"]["lo"], diffs["oracle"]["hi"]],
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
     add_larger_n(rec, args, chunk)
+    add_confirm(rec, args, chunk)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
     rec.notes["reading"] = ("normalised = (random − policy) / (random − oracle) of the means over the reporting "
@@ -551,7 +616,7 @@ def _num(x: Any) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "larger_n", "report", "all"), default="all",
+    p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "report", "all"), default="all",
                    help="larger_n: set_distill's and set_es's models at 2 × N (the PCA width they were trained with)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
@@ -586,6 +651,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         part_eval(args, deadline)
     if args.part in ("larger_n", "all"):
         part_larger_n(args, deadline)
+    if args.part in ("confirm", "all"):
+        part_confirm(args, deadline)
     if args.part in ("report", "all"):
         rec = build_record(args)
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py", *(argv or sys.argv[1:])])})
@@ -595,6 +662,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
                 plot_es_curves(rec, ROOT / "docs" / "img" / "bench_learned_es_curves.png")
                 splice_doc(ROOT / "docs" / "TRAINING.md", "set_es_weights", es_weights_table(rec))
+            if any(r.get("role") == "confirm" for r in rec.rows):
+                splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_confirm", confirm_table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
         elif args.smoke and rec.notes["leaderboard"]:  # the figures too, into --out
@@ -605,6 +674,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         print(larger_table(rec))
         if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
             print(es_weights_table(rec))
+        if any(r.get("role") == "confirm" for r in rec.rows):
+            print(confirm_table(rec))
 
 
 if __name__ == "__main__":

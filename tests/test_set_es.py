@@ -181,7 +181,8 @@ def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_
     doc = records.load(out / "record.json")
     (entry,) = doc["notes"]["leaderboard"]
     assert entry["policy"] == "set_es" and entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
-    assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference", "weights"}
+    assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference", "weights", "confirm"}
+    assert "| scenario | random | best heuristic | set_es |" in r.stdout   # the confirmation seeds
     assert "| `cover_pick` |" in r.stdout and "| `w` |" in r.stdout and "unit vector" in r.stdout
     for s in doc["summaries"]:
         assert records.same(s["value"], records.compute(s, doc["rows"])), s["name"]
