@@ -18,7 +18,18 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned: this machine holds these wheels locally; a looser requirement downloads several GB.
-.venv/bin/python -c "import torch, torchvision" 2>/dev/null \
-  || .venv/bin/python -m pip install -q torch==2.14.1 torchvision==0.29.1
-.venv/bin/python -m pip install -q -e ".[test,flower,ray,mo,zoo]"
+# The pinned build unpacks to about 5.6 GB (4.1 GB of it CUDA libraries): check the disk first, so that a
+# full disk is named as such instead of surfacing as pip's OSError halfway through the install.
+NEED_MB=7000
+if ! .venv/bin/python -c "import torch, torchvision" 2>/dev/null; then
+  FREE_MB=$(df -Pm .venv | awk 'NR==2 {print $4}')
+  if [ -n "$FREE_MB" ] && [ "$FREE_MB" -lt "$NEED_MB" ]; then
+    echo "setup: torch 2.14.1 needs about ${NEED_MB} MB free on the disk that holds $(pwd)/.venv; only" \
+         "${FREE_MB} MB are free. Free some space (old clones' .venv folders, runs/, pip's cache:" \
+         "\`pip cache purge\`) and run scripts/setup.sh again." >&2
+    exit 1
+  fi
+  .venv/bin/python -m pip install -q --no-cache-dir torch==2.14.1 torchvision==0.29.1
+fi
+.venv/bin/python -m pip install -q --no-cache-dir -e ".[test,flower,ray,mo,zoo]"
 echo "fedsel is set up in .venv"
