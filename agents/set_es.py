@@ -18,6 +18,14 @@ set is V's greedy maximiser (``agents.set_distill.greedy_set``). With θ on ``co
 ``kcenter_cover``; on ``loss`` alone, a stale-loss ``pow_d`` without queries; it reads only the observation
 (no loss queries, no simulator): deployable.
 
+**The named variant ``set_es_q``: the same policy with ``pow_d``'s loss queries** (``queries = d`` in the policy
+file or the constructor). Each round the d available clients with the highest θ·φ (ties by client id) report
+their loss on the current global model through the env's counted ``query_losses`` — the channel and the count
+``pow_d`` uses (d = 2K by default, as ``pow_d``'s) — and the set is chosen among those d only, by the set value
+with one more column: the queried loss, standardised over the d candidates, weighted ``queried_loss``. With θ on
+``queried_loss`` alone (and the ``num_samples`` column ranking the candidates) it is a ``pow_d`` that queries the d
+largest clients instead of drawing them ∝ n_k; the search adds what else separates the clients worth asking.
+
 **Training** (``agents/training/set_es.py``): CMA-ES (N. Hansen, "The CMA Evolution Strategy: A Tutorial",
 arXiv:1604.00772; the ``cma`` package) over the 16 numbers (θ, w), each generation's candidates all played on the
 same fresh federations (common random numbers) and ranked per federation by the scenario's objective — the real
@@ -51,9 +59,20 @@ def token_names(spec: SelectionSpec) -> list:
     return [*spec.client_features, *COVER_FEATURES]
 
 
-def param_names(spec: SelectionSpec) -> list:
-    """The searched numbers: one weight per token column, then the diversity weight ``w``."""
-    return [*token_names(spec), "w"]
+def param_names(spec: SelectionSpec, queries: int = 0) -> list:
+    """The searched numbers: one weight per token column, the queried-loss weight when the policy asks ``queries``
+    clients for their loss (``set_es_q``), then the diversity weight ``w``."""
+    return [*token_names(spec), *(["queried_loss"] if queries else []), "w"]
+
+
+def check_queries(queries: Any, spec: SelectionSpec) -> int:
+    """``queries`` as an int: 0 (no queries) or K ≤ d ≤ N. :raises ValueError: otherwise."""
+    k, n = spec.clients_per_round, spec.num_clients
+    if isinstance(queries, bool) or not isinstance(queries, (int, np.integer)) or not (
+            queries == 0 or k <= queries <= n):
+        raise ValueError(f"set_es: queries = {queries!r} is invalid: expected 0 (no loss queries) or an integer d "
+                         f"with K <= d <= N (K = {k}, N = {n}); pow_d's default is 2K = {min(2 * k, n)}")
+    return int(queries)
 
 
 def standardise(tokens: np.ndarray, available: np.ndarray) -> np.ndarray:
@@ -77,9 +96,10 @@ def load_policy(folder: Union[str, Path], spec: SelectionSpec) -> Dict[str, Any]
         raise ValueError(f"{folder} holds no set_es policy ({POLICY_FILE}): train one with experiments/"
                          f"bench_learned.py --design set_es, or name the folder it wrote")
     policy = json.loads(path.read_text())
-    if list(policy["params"]) != param_names(spec):
+    queries = check_queries(policy.get("queries", 0), spec)
+    if list(policy["params"]) != param_names(spec, queries):
         raise ValueError(f"the set_es policy in {folder} was trained with the token {list(policy['params'])[:-1]}; "
-                         f"this env's is {param_names(spec)[:-1]}: train it on this env's client features")
+                         f"this env's is {param_names(spec, queries)[:-1]}: train it on this env's client features")
     return policy
 
 
@@ -90,23 +110,33 @@ class SetESAgent(SelectionAgent):
     :param spec: the problem's public description.
     :param seed: unused (the choice is deterministic); kept for the registry's signature.
     :param model: the folder a training run wrote (``set_es.json``), or the weights themselves: a sequence of
-        ``len(param_names(spec))`` numbers, or a mapping from those names to numbers.
+        ``len(param_names(spec, queries))`` numbers, or a mapping from those names to numbers.
+    :param queries: d, the clients asked for their current loss each round (``set_es_q``); 0 = none. A folder's
+        policy file sets it (a different value here is refused).
     """
 
     name = "set_es"
     supported_modes = ("topk", "subset")
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None,
-                 model: Union[str, Path, Sequence[float], Dict[str, float], None] = None) -> None:
+                 model: Union[str, Path, Sequence[float], Dict[str, float], None] = None,
+                 queries: Optional[int] = None) -> None:
         super().__init__(spec, seed)
-        names = param_names(spec)
         if model is None:
             raise ValueError("set_es needs a trained policy: set_es:model=<folder> (experiments/bench_learned.py "
                              "--design set_es writes one per scenario and training seed)")
         if isinstance(model, (str, Path)):
-            params = load_policy(model, spec)["params"]
-            model = [params[n] for n in names]
-        elif isinstance(model, dict):
+            policy = load_policy(model, spec)
+            saved = int(policy.get("queries", 0))
+            if queries is not None and check_queries(queries, spec) != saved:
+                raise ValueError(f"set_es: queries = {queries} but the policy in {model} was trained with "
+                                 f"queries = {saved}: leave 'queries' out to use the policy's")
+            queries = saved
+            params = policy["params"]
+            model = [params[n] for n in param_names(spec, queries)]
+        self.queries = check_queries(0 if queries is None else queries, spec)
+        names = param_names(spec, self.queries)
+        if isinstance(model, dict):
             missing = sorted(set(names) - set(model))
             if missing:
                 raise ValueError(f"set_es weights lack {missing}: give every one of {names}")
@@ -114,8 +144,15 @@ class SetESAgent(SelectionAgent):
         theta = np.asarray(model, dtype=np.float64).reshape(-1)
         if theta.size != len(names) or not np.all(np.isfinite(theta)):
             raise ValueError(f"set_es needs {len(names)} finite weights ({names}); got {theta.size}")
-        self.theta, self.w = theta[:-1], float(theta[-1])
+        self.theta, self.w = theta[:len(token_names(spec))], float(theta[-1])
+        self.theta_q = float(theta[-2]) if self.queries else 0.0
         self.tracker = CoverTracker(self.k, spec)
+        self.query_losses: Optional[Any] = None
+        self.last_candidates = np.empty(0, dtype=np.int64)
+
+    def bind(self, env: Any) -> None:
+        """``set_es_q``'s channel: the env's counted ``query_losses`` (as ``pow_d``'s)."""
+        self.query_losses = env.query_losses
 
     def reset(self, obs: Dict[str, np.ndarray]) -> None:
         self.tracker.points = None  # the next select starts it on this episode's first observation
@@ -127,11 +164,26 @@ class SetESAgent(SelectionAgent):
         available = self.spec.feature(obs, "available") > 0.5
         return standardise(tokens, available) @ self.theta
 
+    def candidates(self, scores: np.ndarray, available: np.ndarray) -> np.ndarray:
+        """``set_es_q``'s d clients to ask: the available ones with the highest θ·φ (ties by client id)."""
+        order = available[np.argsort(-scores[available], kind="stable")]
+        return np.sort(order[: self.queries])
+
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
         s = self.scores(obs)
+        pool = self.available(obs)
+        if self.queries:
+            if self.query_losses is None:
+                raise ValueError("set_es_q asks d clients for their loss on the current global model: bind it to the "
+                                 "env first (agent.bind(env.unwrapped); evaluate.py and fedsel_eval do)")
+            pool = self.candidates(s, pool)
+            self.last_candidates = pool
+            q = np.asarray(self.query_losses(pool), dtype=np.float64)
+            s = s.copy()
+            s[pool] += self.theta_q * standardise(q[:, None], np.ones(pool.size, dtype=bool))[:, 0]
         dist = pair_distances(obs_tensors(obs)["weights"])[0].double().numpy() if self.w != 0.0 else \
             np.zeros((s.size, s.size))
-        return greedy_set(s, dist, self.w, self.available(obs), self.k)
+        return greedy_set(s, dist, self.w, pool, self.k)
 
 
-__all__ = ["POLICY_FILE", "SetESAgent", "load_policy", "param_names", "standardise", "token_names"]
+__all__ = ["POLICY_FILE", "SetESAgent", "check_queries", "load_policy", "param_names", "standardise", "token_names"]

@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
 #: the learned designs: ``set_distill`` (DAgger from the oracle) and ``pc_dqn`` (the per-client Double DQN of
 #: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
-DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover", "set_es")
+DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover", "set_es", "set_es_q")
+#: the CMA-ES-searched designs (``agents/training/set_es.py``); ``set_es_q`` asks 2K clients their loss each round
+ES_DESIGNS = ("set_es", "set_es_q")
 #: the DAgger-trained designs (``agents/training/set_distill.py``); ``set_distill_cover`` is its cover-aware variant
 DISTILLED = ("set_distill", "set_distill_cover")
 #: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
@@ -78,7 +80,7 @@ def run_folder(out: Path, sc_name: str, seed: int, design: str = "set_distill") 
 def training_summary(out: Path, sc_name: str, seed: int, design: str) -> Optional[Dict[str, Any]]:
     """A finished training run's cost (None while it is not finished): wall seconds, env rounds, oracle rounds."""
     folder = run_folder(out, sc_name, seed, design)
-    if design in DISTILLED or design == "set_es":
+    if design in DISTILLED or design in ES_DESIGNS:
         path = folder / "summary.json"
         summ = json.loads(path.read_text()) if path.is_file() else None
         return summ if summ and summ["complete"] else None
@@ -111,13 +113,13 @@ def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
         env.close()
 
 
-def es_play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int]) -> tuple:
-    """set_es's episode loop: the weights ``theta`` deployed on each seed's episode (``fedsel_eval``), their
-    objectives and the env rounds they took."""
+def es_play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int], queries: int = 0) -> tuple:
+    """set_es's (set_es_q's) episode loop: the weights ``theta`` deployed on each seed's episode (``fedsel_eval``,
+    which binds the agent to the env for its loss queries), their objectives and the env rounds they took."""
     from agents.set_es import SetESAgent
     from fedsel_eval.bench import objectives
 
-    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta), seeds)
+    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta, queries=queries), seeds)
 
 
 def train_pc_dqn(args: argparse.Namespace, name: str, seed: int) -> None:
@@ -147,14 +149,16 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
         for seed in args.train_seeds:
             if time.time() >= deadline:
                 return
-            if args.design == "set_es":
+            if args.design in ES_DESIGNS:
                 from agents.training.set_es import ESConfig, train as train_es
 
                 gens, eps = ES_BUDGET[name] if not args.smoke else (2, 2)
+                k, n = scenario(name).config["clients_per_round"], scenario(name).config["num_clients"]
                 es_cfg = ESConfig(scenario=name, seed=seed, generations=args.generations or gens, episodes=eps,
                                   popsize=3 if args.smoke else None, env_overrides=dict(args.overrides),
-                                  eval_seeds=list(TUNING_SEEDS), eval_every=1 if args.smoke else 5)
-                summary = train_es(es_cfg, run_folder(args.out, name, seed, "set_es"), es_play, deadline=deadline)
+                                  eval_seeds=list(TUNING_SEEDS), eval_every=1 if args.smoke else 5,
+                                  queries=min(2 * k, n) if args.design == "set_es_q" else 0)
+                summary = train_es(es_cfg, run_folder(args.out, name, seed, args.design), es_play, deadline=deadline)
                 print(f"{name} seed {seed}: {summary}", flush=True)
                 continue
             if args.design == "pc_dqn":
@@ -176,7 +180,7 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
 
 def _policy_text(args: argparse.Namespace, name: str, seed: int, design: str) -> str:
     folder = run_folder(args.out, name, seed, design)
-    if design == "set_es":
+    if design in ES_DESIGNS:
         return f"{design}_s{seed}=set_es:model={folder}"
     return f"{design}_s{seed}=" + (f"set_distill:model={folder}" if design in DISTILLED else str(folder))
 
@@ -201,7 +205,7 @@ def part_eval(args: argparse.Namespace, deadline: float) -> None:
                     *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]]
         run_scenario(args.out / "eval" / name, sc, policies, args.seeds, cfg, deadline, ref,
                      log=lambda line: print(line, flush=True))
-        if "set_es" in designs:  # the lines its learning curve is read against: random and the best heuristic there
+        if set(designs) & set(ES_DESIGNS):  # the lines its learning curve is read against: random and the best heuristic there
             run_scenario(args.out / "tuning" / name, sc, ["random", best], list(TUNING_SEEDS), cfg, deadline, (),
                          log=lambda line: print(line, flush=True))
 
@@ -224,7 +228,7 @@ def larger_config(name: str, factor: int = 2) -> Dict[str, Any]:
 
 
 #: the per-client designs played at 2 × N by ``--part larger_n`` (their weights do not depend on N)
-LARGER_N_DESIGNS = ("set_distill", "set_es")
+LARGER_N_DESIGNS = ("set_distill", "set_es", "set_es_q")
 
 
 def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
@@ -249,19 +253,21 @@ CONFIRM_SEEDS = tuple(range(20_000, 20_030))
 
 
 def part_confirm(args: argparse.Namespace, deadline: float) -> None:
-    """set_es's models, random and the best heuristic on :data:`CONFIRM_SEEDS` (the scenario's own config)."""
+    """set_es's (and set_es_q's) models, random and the best heuristic on :data:`CONFIRM_SEEDS` (the scenario's own
+    config)."""
     from fedsel_env.bench import check_fresh_federations
 
     check_fresh_federations({f"confirmation seed {s}": s for s in CONFIRM_SEEDS})
     ref = reference_rows()
     for name in args.scenarios:
-        if "set_es" not in trained_designs(args, name):
+        designs = [d for d in ES_DESIGNS if d in trained_designs(args, name)]
+        if not designs:
             continue
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         cfg = scenario(name).env_config()
         cfg.update(args.overrides)
         run_scenario(args.out / "confirm" / name, scenario(name), ["random", best,
-                     *[_policy_text(args, name, s, "set_es") for s in args.train_seeds]],
+                     *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]],
                      list(CONFIRM_SEEDS), cfg, deadline, (), log=lambda line: print(line, flush=True))
 
 
@@ -274,39 +280,45 @@ def add_confirm(rec: records.Record, args: argparse.Namespace, chunk: str) -> No
             continue
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
-        pols = ["random", best, *[f"set_es_s{t}" for t in args.train_seeds]]
-        if not all((p, s) in rows for p in pols for s in CONFIRM_SEEDS):
+        if not all((p, s) in rows for p in ("random", best) for s in CONFIRM_SEEDS):
             continue
-        for p in pols:
+        designs = [d for d in ES_DESIGNS if all((f"{d}_s{t}", s) in rows for t in args.train_seeds
+                                                 for s in CONFIRM_SEEDS)]
+        if not designs:
+            continue
+        for p in ["random", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]]:
+            design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in designs else None
             for s in CONFIRM_SEEDS:
                 r = rows[(p, s)]
-                learned = p.startswith("set_es_s")
-                rec.add_row(chunk, scenario=name, role="confirm", policy="set_es" if learned else p,
-                            training_seed=int(p.rsplit("_s", 1)[1]) if learned else None, seed=s,
+                rec.add_row(chunk, scenario=name, role="confirm", policy=design or p,
+                            training_seed=int(p.rsplit("_s", 1)[1]) if design else None, seed=s,
                             objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
         w = {"scenario": name, "role": "confirm"}
-        for ref_pol in ("random", best):
-            rec.summarise(f"{name} on the confirmation seeds: set_es − {ref_pol}, paired by seed", "paired_t", "value",
-                          where={**w, "policy": "set_es"}, minus={**w, "policy": ref_pol})
-        for p in ("random", best, "set_es"):
+        for design in designs:
+            for ref_pol in ("random", best):
+                rec.summarise(f"{name} on the confirmation seeds: {design} − {ref_pol}, paired by seed", "paired_t",
+                              "value", where={**w, "policy": design}, minus={**w, "policy": ref_pol})
+        for p in ("random", best, *designs):
             rec.summarise(f"{name} on the confirmation seeds: {p} mean {scenario(name).objective}", "mean", "value",
                           where={**w, "policy": p})
 
 
 def confirm_table(rec: records.Record) -> str:
-    """set_es on the confirmation seeds: means and paired differences (from the record's summaries)."""
-    lines = ["| scenario | random | best heuristic | set_es | set_es − random [95% CI] | set_es − best heuristic [95% CI] |",
-             "|---|---:|---:|---:|---:|---:|"]
+    """set_es (set_es_q) on the confirmation seeds: means and paired differences (from the record's summaries)."""
+    lines = ["| scenario | design | random | best heuristic | learned | learned − random [95% CI] "
+             "| learned − best heuristic [95% CI] |", "|---|---|---:|---:|---:|---:|---:|"]
     for name in sorted({r["scenario"] for r in rec.rows if r.get("role") == "confirm"}, key=list(SCENARIOS).index):
         rows = [r for r in rec.rows if r.get("role") == "confirm" and r["scenario"] == name]
         obj = rows[0]["objective"]
-        best = next(r["policy"] for r in rows if r["policy"] not in ("random", "set_es"))
+        designs = [d for d in ES_DESIGNS if any(r["policy"] == d for r in rows)]
+        best = next(r["policy"] for r in rows if r["policy"] not in ("random", *designs))
         f = ".3f" if obj == "acc_worst10" else ".1f"
-        v = {p: rec.value(f"{name} on the confirmation seeds: {p} mean {obj}") for p in ("random", best, "set_es")}
-        d = {p: rec.value(f"{name} on the confirmation seeds: set_es − {p}, paired by seed") for p in ("random", best)}
+        v = {p: rec.value(f"{name} on the confirmation seeds: {p} mean {obj}") for p in ("random", best, *designs)}
         cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
-        lines.append(f"| {name} | {v['random']:{f}} | `{best}` {v[best]:{f}} | {v['set_es']:{f}} | {cell(d['random'])} "
-                     f"| {cell(d[best])} |")
+        for dsg in designs:
+            d = {p: rec.value(f"{name} on the confirmation seeds: {dsg} − {p}, paired by seed") for p in ("random", best)}
+            lines.append(f"| {name} | `{dsg}` | {v['random']:{f}} | `{best}` {v[best]:{f}} | {v[dsg]:{f}} | "
+                         f"{cell(d['random'])} | {cell(d[best])} |")
     return "\n".join(lines)
 
 
@@ -421,7 +433,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 rec.summarise(f"{name}: {design}'s diversity weight w at the end, highest", "max", "div_weight", where=end)
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
-            if design == "set_es":  # its learning curve: the search's mean on the tuning seeds, per generation
+            if design in ES_DESIGNS:  # its learning curve: the search's mean on the tuning seeds, per generation
                 for t in args.train_seeds:
                     prog = run_folder(args.out, name, t, design) / "progress.jsonl"
                     for line in prog.read_text().splitlines():
@@ -442,12 +454,14 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                     param=pname, value=float(v))
                 tpath = args.out / "tuning" / name / "episodes.jsonl"
                 trows = [json.loads(x) for x in tpath.read_text().splitlines()] if tpath.is_file() else []
-                for r in trows:
+                for r in trows if not any(x.get("role") == "tuning_reference" and x["scenario"] == name
+                                          for x in rec.rows) else ():
                     if r["policy"] in ("random", best) and r["seed"] in TUNING_SEEDS:
                         rec.add_row(chunk, scenario=name, role="tuning_reference", policy=r["policy"], seed=r["seed"],
                                     objective=sc.objective, value=r["value"], config_sha=r["config_sha"])
                 for p in ("random", best):
-                    if any(r["policy"] == p for r in trows):
+                    key = f"{name}: {p} mean {sc.objective} on the tuning seeds"
+                    if any(r["policy"] == p for r in trows) and not any(sm["name"] == key for sm in rec.summaries):
                         rec.summarise(f"{name}: {p} mean {sc.objective} on the tuning seeds", "mean", "value",
                                       where={**w, "role": "tuning_reference", "policy": p})
             tw = {**w, "role": "training", "design": design}
@@ -521,22 +535,23 @@ def plot_es_curves(rec: records.Record, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = [e for e in rec.notes["leaderboard"] if e["policy"] == "set_es"]
+    entries = [e for e in rec.notes["leaderboard"] if e["policy"] in ES_DESIGNS]
     fig, axes = plt.subplots(1, max(len(entries), 1), figsize=(4.2 * max(len(entries), 1), 3.6), squeeze=False)
     for j, entry in enumerate(entries):
-        name, ax = entry["scenario"], axes[0, j]
-        curve = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r.get("design") == "set_es"]
+        name, design, ax = entry["scenario"], entry["policy"], axes[0, j]
+        curve = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r.get("design") == design]
         for t in sorted({r["training_seed"] for r in curve}):
             pts = [(r["generation"], r["tuning_objective"]) for r in curve
                    if r["training_seed"] == t and r["tuning_objective"] is not None]
-            ax.plot(*zip(*pts), marker="o", ms=3, label=f"set_es, training seed {t}")
+            ax.plot(*zip(*pts), marker="o", ms=3, label=f"{design}, training seed {t}")
         for p, style in (("random", "--"), (entry["best_heuristic"], "-.")):
             key = f"{name}: {p} mean {entry['objective']} on the tuning seeds"
             if any(sm["name"] == key for sm in rec.summaries):
                 ax.axhline(rec.value(key), color="grey" if p == "random" else "C3", ls=style, lw=1,
                            label=f"{p}, tuning seeds")
-        ax.axhline(entry["mean"], color="k", ls=":", lw=1, label="set_es, reporting seeds")
-        ax.set_title(f"{name}: {entry['objective']} ({'↓' if entry['lower_is_better'] else '↑'})")
+        ax.axhline(entry["mean"], color="k", ls=":", lw=1, label=f"{design}, reporting seeds")
+        ax.set_title(f"{name}, {design}: {entry['objective']} ({'↓' if entry['lower_is_better'] else '↑'})",
+                     fontsize=9)
         ax.set_xlabel("CMA-ES generation")
         ax.set_ylabel("search mean, tuning seeds 100–109")
         ax.legend(fontsize=6)
@@ -585,14 +600,14 @@ def larger_table(rec: records.Record) -> str:
     return "\n".join(lines)
 
 
-def es_weights_table(rec: records.Record) -> str:
-    """set_es's deployed weights per scenario, from the record's rows: each training seed's vector (θ, w) over its
+def es_weights_table(rec: records.Record, design: str = "set_es") -> str:
+    """``design``'s deployed weights per scenario, from the record's rows: each training seed's vector (θ, w) over its
     length (the greedy choice is the same for any positive multiple, so only the direction compares), the mean over
     the seeds and each seed's. The weights act on columns standardised over the round's available clients."""
-    rows = [r for r in rec.rows if r.get("role") == "weights"]
+    rows = [r for r in rec.rows if r.get("role") == "weights" and r.get("design", "set_es") == design]
     names = sorted({r["scenario"] for r in rows}, key=lambda n: list(SCENARIOS).index(n) if n in SCENARIOS else 99)
     if not names:
-        return "(no set_es model reported yet)"
+        return f"(no {design} model reported yet)"
     params = list(dict.fromkeys(r["param"] for r in rows))
     unit: Dict[tuple, float] = {}
     for n in names:
@@ -659,21 +674,24 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if not args.smoke and not args.no_publish and rec.notes["leaderboard"]:
             rec.write(RESULT)
             plot_curves(rec, ROOT / "docs" / "img" / "bench_learned_curves.png")
-            if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
+            if any(e["policy"] in ES_DESIGNS for e in rec.notes["leaderboard"]):
                 plot_es_curves(rec, ROOT / "docs" / "img" / "bench_learned_es_curves.png")
-                splice_doc(ROOT / "docs" / "TRAINING.md", "set_es_weights", es_weights_table(rec))
+                for design in ES_DESIGNS:
+                    if any(e["policy"] == design for e in rec.notes["leaderboard"]):
+                        splice_doc(ROOT / "docs" / "TRAINING.md", f"{design}_weights", es_weights_table(rec, design))
             if any(r.get("role") == "confirm" for r in rec.rows):
                 splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_confirm", confirm_table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
         elif args.smoke and rec.notes["leaderboard"]:  # the figures too, into --out
             plot_curves(rec, args.out / "curves.png")
-            if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
+            if any(e["policy"] in ES_DESIGNS for e in rec.notes["leaderboard"]):
                 plot_es_curves(rec, args.out / "es_curves.png")
         print(table(rec) if rec.notes["leaderboard"] else "nothing complete to report yet")
         print(larger_table(rec))
-        if any(e["policy"] == "set_es" for e in rec.notes["leaderboard"]):
-            print(es_weights_table(rec))
+        for design in ES_DESIGNS:
+            if any(e["policy"] == design for e in rec.notes["leaderboard"]):
+                print(es_weights_table(rec, design))
         if any(r.get("role") == "confirm" for r in rec.rows):
             print(confirm_table(rec))
 

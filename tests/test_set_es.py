@@ -13,11 +13,11 @@ from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
 
 
-def _play(env, sc, theta, seeds):
+def _play(env, sc, theta, seeds, queries=0):
     """The trainer's episode loop, as experiments/bench_learned.py gives it."""
     from fedsel_eval.bench import objectives
 
-    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta), seeds)
+    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta, queries=queries), seeds)
 
 
 def test_standardise_uses_the_available_clients_and_zeroes_constant_columns():
@@ -100,6 +100,65 @@ def test_bad_weights_and_folders_are_refused(tmp_path):
     env.close()
 
 
+def test_set_es_q_asks_its_d_highest_scored_clients_and_picks_among_them_by_the_queried_loss():
+    """``set_es_q`` with θ on ``num_samples`` (stage 1: which d clients to ask) and on ``queried_loss`` (stage 2):
+    each round it asks exactly the d largest available clients, through the env's counted channel, and selects the K
+    of them with the highest current loss — recomputed here from the env's own answers, round by round."""
+    env = _churn_env(max_rounds=6)
+    obs, _ = env.reset(seed=102)
+    spec = env.selection_spec
+    k = spec.clients_per_round
+    d = 2 * k
+    names = param_names(spec, d)
+    assert names[-2:] == ["queried_loss", "w"] and len(names) == len(param_names(spec)) + 1
+    weights = dict.fromkeys(names, 0.0)
+    weights.update(num_samples=1e-3, queried_loss=1.0)
+    agent = SetESAgent(spec, model=weights, queries=d)
+    agent.reset(obs)
+    with pytest.raises(ValueError, match="bind it to the env first"):
+        agent.select(obs)
+    asked = []
+    agent.bind(type("Channel", (), {"query_losses": lambda _self, ids: (asked.append(np.array(ids)),
+                                                                        env.query_losses(ids))[1]})())
+    done, queries = False, 0
+    while not done:
+        avail = agent.available(obs)
+        n_k = spec.num_samples[avail]
+        want = np.sort(avail[np.argsort(-n_k, kind="stable")][:d])
+        before = env.tally.loss_queries
+        chosen = agent.select(obs)
+        assert np.array_equal(asked[-1], want) and np.array_equal(agent.last_candidates, want)
+        assert env.tally.loss_queries - before == want.size
+        truth = env.query_losses(want)                       # the same model: the same answers
+        assert set(chosen.tolist()) == set(want[np.argsort(-truth, kind="stable")][:k].tolist())
+        obs, _, term, trunc, info = env.step(agent.to_action(chosen))
+        queries += 2 * want.size
+        assert info["loss_queries"] == queries              # the agent's and this test's, all counted
+        done = term or trunc
+    env.close()
+
+
+def test_set_es_q_settings_are_checked(tmp_path):
+    env = _churn_env(max_rounds=2)
+    spec = env.selection_spec
+    k, n = spec.clients_per_round, spec.num_clients
+    for bad in (1, k - 1, n + 1, True, 2.5):
+        with pytest.raises(ValueError, match="queries"):
+            SetESAgent(spec, model=[0.0] * 17, queries=bad)
+    with pytest.raises(ValueError, match="needs 17 finite weights"):
+        SetESAgent(spec, model=[0.0] * 16, queries=2 * k)
+    (tmp_path / "set_es.json").write_text(json.dumps({"params": dict.fromkeys(param_names(spec, 2 * k), 0.0),
+                                                      "queries": 2 * k}))
+    assert SetESAgent(spec, model=str(tmp_path)).queries == 2 * k          # the policy file sets d
+    with pytest.raises(ValueError, match="was trained with queries = 10"):
+        SetESAgent(spec, model=str(tmp_path), queries=k)
+    with pytest.raises(ValueError, match="queries"):
+        ESConfig(scenario="Churn", queries=-1)
+    with pytest.raises(ValueError, match="queries"):
+        train(_tiny(queries=1), tmp_path / "q", _play, log=lambda _l: None)
+    env.close()
+
+
 def _tiny(**kw):
     base = dict(scenario="Churn", seed=0, generations=3, episodes=2, popsize=3, eval_every=2, eval_seeds=[100],
                 env_overrides={"max_rounds": 3})
@@ -175,15 +234,20 @@ def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "smoke"
-    r = subprocess.run([sys.executable, str(root / "experiments" / "bench_learned.py"), "--smoke", "--design", "set_es",
-                        "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+    for design in ("set_es", "set_es_q"):
+        r = subprocess.run([sys.executable, str(root / "experiments" / "bench_learned.py"), "--smoke", "--design",
+                            design, "--out", str(out)], capture_output=True, text=True, cwd=root, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
     doc = records.load(out / "record.json")
-    (entry,) = doc["notes"]["leaderboard"]
-    assert entry["policy"] == "set_es" and entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
+    entries = {e["policy"]: e for e in doc["notes"]["leaderboard"]}
+    assert set(entries) == {"set_es", "set_es_q"}
+    for entry in entries.values():
+        assert entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
     assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference", "weights", "confirm"}
-    assert "| scenario | random | best heuristic | set_es |" in r.stdout   # the confirmation seeds
+    assert json.loads((out / "set_es_q" / "Churn" / "seed0" / "set_es.json").read_text())["queries"] == 10
+    assert "| Churn | `set_es` |" in r.stdout and "| Churn | `set_es_q` |" in r.stdout  # the confirmation seeds
     assert "| `cover_pick` |" in r.stdout and "| `w` |" in r.stdout and "unit vector" in r.stdout
+    assert "| `queried_loss` |" in r.stdout                                    # set_es_q's weights table
     for s in doc["summaries"]:
         assert records.same(s["value"], records.compute(s, doc["rows"])), s["name"]
     assert (out / "es_curves.png").stat().st_size > 10_000

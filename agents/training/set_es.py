@@ -52,6 +52,8 @@ class ESConfig:
     :param eval_every: every this many generations (and at the end) the mean plays ``eval_seeds``.
     :param eval_seeds: the learning curve's seeds (the bench's tuning seeds; never reporting ones).
     :param env_overrides: env-config fields over the scenario's (e.g. a smaller ``max_rounds`` for a test).
+    :param queries: d, the clients the policy asks for their current loss each round (the named variant
+        ``set_es_q``, ``agents/set_es.py``); 0 = ``set_es``, no queries.
     """
 
     scenario: str
@@ -63,6 +65,7 @@ class ESConfig:
     eval_every: int = 5
     eval_seeds: Sequence[int] = (100, 101, 102, 103, 104, 105, 106, 107, 108, 109)
     env_overrides: Dict[str, Any] = field(default_factory=dict)
+    queries: int = 0
 
     def __post_init__(self) -> None:
         from fedsel_env.bench import curve_seeds, scenario
@@ -79,6 +82,9 @@ class ESConfig:
             raise ValueError(f"set_es: popsize = {self.popsize!r} is invalid: expected an integer >= 2 or None")
         if not (isinstance(self.sigma0, (int, float)) and math.isfinite(self.sigma0) and self.sigma0 > 0):
             raise ValueError(f"set_es: sigma0 = {self.sigma0!r} is invalid: expected a finite number > 0")
+        if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 0:
+            raise ValueError(f"set_es: queries = {self.queries!r} is invalid: expected 0 (no loss queries) or an "
+                             f"integer d with K <= d <= N")
         if self.generations * self.episodes > 10_000:
             raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
                              f"the training seed's range of federations: use fewer")
@@ -144,10 +150,11 @@ def make_search(cfg: ESConfig, n: int):
     return es, rng
 
 
-#: ``play(env, scenario, theta, seeds)`` → (the objective of the weights ``theta`` on each seed's episode, the env
-#: rounds they took): the episode loop, given by the caller (``experiments/bench_learned.py``'s ``es_play`` runs
-#: ``fedsel_eval``'s; this layer does not import the evaluation package)
-PlayFn = Callable[[Any, Any, np.ndarray, Sequence[int]], Tuple[List[float], int]]
+#: ``play(env, scenario, theta, seeds, queries)`` → (the objective of the weights ``theta`` — asking ``queries``
+#: clients their loss each round — on each seed's episode, the env rounds they took): the episode loop, given by
+#: the caller (``experiments/bench_learned.py``'s ``es_play`` runs ``fedsel_eval``'s; this layer does not import
+#: the evaluation package)
+PlayFn = Callable[[Any, Any, np.ndarray, Sequence[int], int], Tuple[List[float], int]]
 
 
 def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] = print,
@@ -160,17 +167,21 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
     :param stop_after: play at most this many generations in this call.
     :raises ValueError: when ``folder`` holds a run of another config, or its log does not replay.
     """
-    from agents.set_es import POLICY_FILE, param_names
+    from agents.set_es import POLICY_FILE, check_queries, param_names
     from fedsel_env.bench import scenario
     from fedsel_env.env import FedSelectEnv
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    pin_run_config(folder, asdict(cfg), "set_es")
-    check_training_seeds(cfg)
+    conf = asdict(cfg)
+    if not cfg.queries:
+        del conf["queries"]  # set_es's run folders from before set_es_q stay resumable
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
-    names = param_names(env.selection_spec)
+    check_queries(cfg.queries, env.selection_spec)
+    pin_run_config(folder, conf, "set_es")
+    check_training_seeds(cfg)
+    names = param_names(env.selection_spec, cfg.queries)
     es, rng = make_search(cfg, len(names))
     progress_path = folder / "progress.jsonl"
     done_rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
@@ -189,7 +200,8 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
     if done_rows:
         log(f"{sc.name} seed {cfg.seed}: resumed after generation {len(done_rows)}")
     start = len(done_rows)
-    meta = {"scenario": sc.name, "seed": cfg.seed, "design": "set_es", "objective": sc.objective}
+    meta = {"scenario": sc.name, "seed": cfg.seed, "design": "set_es_q" if cfg.queries else "set_es",
+            "objective": sc.objective, **({"queries": cfg.queries} if cfg.queries else {})}
     for g in range(start, cfg.generations):
         if time.time() >= deadline or (stop_after is not None and g - start >= stop_after):
             break
@@ -197,7 +209,7 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
         with rng.active():
             xs = es.ask()
         seeds = [cfg.episode_seed(g, j) for j in range(cfg.episodes)]
-        played = [play(env, sc, np.asarray(x), seeds) for x in xs]
+        played = [play(env, sc, np.asarray(x), seeds, cfg.queries) for x in xs]
         values = np.asarray([v for v, _ in played])                                   # (P, E)
         env_rounds = sum(r for _, r in played)
         fitness = rank_fitness(values, sc.lower_is_better)
@@ -208,7 +220,7 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
                "values_mean": values.mean(axis=1).tolist(), "episodes": int(values.size),
                "sigma": float(es.sigma), "mean": mean.tolist()}
         if (g + 1) % cfg.eval_every == 0 or g + 1 == cfg.generations:
-            vals, rounds = play(env, sc, mean, cfg.eval_seeds)
+            vals, rounds = play(env, sc, mean, cfg.eval_seeds, cfg.queries)
             row["eval_mean"], row["eval_values"] = float(np.mean(vals)), vals
             env_rounds += rounds
         row["env_rounds"] = int(env_rounds)
