@@ -271,6 +271,134 @@ def part_confirm(args: argparse.Namespace, deadline: float) -> None:
                      list(CONFIRM_SEEDS), cfg, deadline, (), log=lambda line: print(line, flush=True))
 
 
+#: the reporting seeds ``--part picks`` replays with the oracle beside the learned policy (the first of them)
+PICK_SEEDS = 10
+
+
+def picks_episode(env: Any, sc: Any, folder: Path, seed: int) -> Dict[str, Any]:
+    """One episode of an ES model (``folder``) on reporting seed ``seed``, the oracle asked at every round of it what
+    it would pick from the same state (``LookaheadOracle.plan`` with the learned pick among its candidates; the
+    federation is put back after each candidate, so the episode is the model's own). Per round: the share of the
+    oracle's K clients the model also picked, whether the model's pick scored best among the candidates, the share
+    of candidates that scored better, and the oracle's picks' mean standardised token minus the model's."""
+    from agents.lookahead import LookaheadOracle
+    from agents.set_es import SetESAgent, standardise, token_names
+
+    obs, _ = env.reset(seed=int(seed))
+    spec = env.selection_spec
+    agent = SetESAgent(spec, model=str(folder))
+    oracle = LookaheadOracle(spec, seed=int(seed), objective=sc.objective)
+    for a in (agent, oracle):
+        a.bind(env)
+        a.reset(obs)
+    overlap, best, worse_than, dz = [], [], [], []
+    done = False
+    while not done:
+        pick = agent.select(obs)
+        avail = spec.feature(obs, "available") > 0.5
+        z = standardise(np.concatenate([np.asarray(obs["clients"], np.float64), agent.tracker.features(obs)], axis=1),
+                        avail)
+        cands, scores = oracle.plan(obs, extra=[pick])
+        mine = next(i for i, c in enumerate(cands) if set(c.tolist()) == set(pick.tolist()))
+        theirs = cands[int(np.argmax(scores))]
+        overlap.append(len(set(pick.tolist()) & set(theirs.tolist())) / max(len(theirs), 1))
+        best.append(float(scores[mine] >= scores.max()))
+        worse_than.append(float(np.mean(np.delete(scores, mine) > scores[mine])) if len(cands) > 1 else 0.0)
+        dz.append(z[theirs].mean(axis=0) - z[pick].mean(axis=0))
+        obs, _, term, trunc, _ = env.step(agent.to_action(pick))
+        done = term or trunc
+    return {"rounds": len(overlap), "overlap": float(np.mean(overlap)), "learned_best": float(np.mean(best)),
+            "candidates_better": float(np.mean(worse_than)),
+            "oracle_minus_learned": dict(zip(token_names(spec), np.mean(dz, axis=0).tolist()))}
+
+
+def part_picks(args: argparse.Namespace, deadline: float) -> None:
+    """Where the ES models' picks differ from the oracle's (:func:`picks_episode`), on the first
+    :data:`PICK_SEEDS` reporting seeds, every training seed; resumable (``<out>/picks/<scenario>/<design>.jsonl``)."""
+    from agents.training.atomic import append_line
+    from fedsel_env.env import FedSelectEnv
+
+    for name in args.scenarios:
+        sc = scenario(name)
+        for design in [d for d in ES_DESIGNS if d in trained_designs(args, name)]:
+            path = args.out / "picks" / name / f"{design}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            done = {(r["training_seed"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())} \
+                if path.is_file() else set()
+            cfg = sc.env_config()
+            cfg.update(args.overrides)
+            env = FedSelectEnv(config=cfg)
+            try:
+                for t in args.train_seeds:
+                    for s in args.seeds[:PICK_SEEDS]:
+                        if (t, s) in done:
+                            continue
+                        if time.time() >= deadline:
+                            return
+                        t0 = time.perf_counter()
+                        row = picks_episode(env, sc, run_folder(args.out, name, t, design), s)
+                        append_line(path, json.dumps({"scenario": name, "design": design, "training_seed": t,
+                                                      "seed": s, **row}))
+                        print(f"{name} {design} s{t} seed {s}: overlap {row['overlap']:.2f}, best "
+                              f"{row['learned_best']:.2f}, {time.perf_counter() - t0:.1f} s", flush=True)
+            finally:
+                env.close()
+
+
+def add_picks(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
+    """Rows and summaries of ``part_picks`` (each scenario and design whose episodes are all there)."""
+    for name in args.scenarios:
+        for design in ES_DESIGNS:
+            path = args.out / "picks" / name / f"{design}.jsonl"
+            if not path.is_file():
+                continue
+            rows = {(r["training_seed"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
+            want = [(t, s) for t in args.train_seeds for s in args.seeds[:PICK_SEEDS]]
+            if not all(k in rows for k in want):
+                continue
+            w = {"scenario": name, "design": design}
+            for key in want:
+                r = rows[key]
+                rec.add_row(chunk, **w, role="picks", training_seed=key[0], seed=key[1], rounds=r["rounds"],
+                            overlap=r["overlap"], learned_best=r["learned_best"],
+                            candidates_better=r["candidates_better"])
+                for feat, v in r["oracle_minus_learned"].items():
+                    rec.add_row(chunk, **w, role="picks_token", training_seed=key[0], seed=key[1], param=feat, value=v)
+            for fld, what in (("overlap", "share of the oracle's clients it also picks"),
+                              ("learned_best", "share of rounds its pick is the oracle's best candidate"),
+                              ("candidates_better", "share of the oracle's candidates that score better than its pick")):
+                rec.summarise(f"{name}: {design} vs the oracle, {what}", "t_interval", fld, where={**w, "role": "picks"})
+            for feat in rows[want[0]]["oracle_minus_learned"]:
+                rec.summarise(f"{name}: {design} vs the oracle, oracle − learned mean standardised {feat}", "t_interval",
+                              "value", where={**w, "role": "picks_token", "param": feat})
+
+
+def picks_table(rec: records.Record) -> str:
+    """Where the ES models' picks differ from the oracle's (from the record's summaries): agreement, and the three
+    token columns whose standardised means differ most between the oracle's picks and the model's."""
+    lines = ["| scenario | design | episodes | oracle's clients it also picks | its pick the oracle's best | candidates "
+             "scoring better | the oracle picks clients with (oracle − learned, standardised) |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    cell = lambda x: f"{x['mean']:.2f} [{x['lo']:.2f}, {x['hi']:.2f}]"  # noqa: E731
+    for name in [n for n in SCENARIOS if any(r.get("role") == "picks" and r["scenario"] == n for r in rec.rows)]:
+        for design in ES_DESIGNS:
+            rows = [r for r in rec.rows if r.get("role") == "picks" and r["scenario"] == name and r["design"] == design]
+            if not rows:
+                continue
+            pre = f"{name}: {design} vs the oracle, "
+            v = [rec.value(pre + x) for x in ("share of the oracle's clients it also picks",
+                                             "share of rounds its pick is the oracle's best candidate",
+                                             "share of the oracle's candidates that score better than its pick")]
+            feats = {r["param"] for r in rec.rows if r.get("role") == "picks_token" and r["scenario"] == name
+                     and r["design"] == design}
+            d = {f: rec.value(pre + f"oracle − learned mean standardised {f}") for f in feats}
+            top = sorted(d, key=lambda f: -abs(d[f]["mean"]))[:3]
+            lines.append(f"| {name} | `{design}` | {len(rows)} | {cell(v[0])} | {cell(v[1])} | {cell(v[2])} | "
+                         + ", ".join(f"`{f}` {d[f]['mean']:+.2f} [{d[f]['lo']:+.2f}, {d[f]['hi']:+.2f}]" for f in top)
+                         + " |")
+    return "\n".join(lines)
+
+
 def add_confirm(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
     """Rows and paired differences of ``part_confirm``'s episodes (scenarios where all of them are there)."""
     ref = reference_rows()
@@ -483,6 +611,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
     add_larger_n(rec, args, chunk)
     add_confirm(rec, args, chunk)
+    add_picks(rec, args, chunk)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
     rec.notes["reading"] = ("normalised = (random − policy) / (random − oracle) of the means over the reporting "
@@ -631,8 +760,9 @@ def _num(x: Any) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "report", "all"), default="all",
-                   help="larger_n: set_distill's and set_es's models at 2 × N (the PCA width they were trained with)")
+    p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "picks", "report", "all"), default="all",
+                   help="larger_n: set_distill's and set_es's models at 2 × N (the PCA width they were trained with); "
+                        "picks: the ES models' picks beside the oracle's, round by round")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
@@ -668,6 +798,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         part_larger_n(args, deadline)
     if args.part in ("confirm", "all"):
         part_confirm(args, deadline)
+    if args.part in ("picks", "all"):
+        part_picks(args, deadline)
     if args.part in ("report", "all"):
         rec = build_record(args)
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py", *(argv or sys.argv[1:])])})
@@ -681,6 +813,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         splice_doc(ROOT / "docs" / "TRAINING.md", f"{design}_weights", es_weights_table(rec, design))
             if any(r.get("role") == "confirm" for r in rec.rows):
                 splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_confirm", confirm_table(rec))
+            if any(r.get("role") == "picks" for r in rec.rows):
+                splice_doc(ROOT / "docs" / "TRAINING.md", "learned_picks", picks_table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
         elif args.smoke and rec.notes["leaderboard"]:  # the figures too, into --out
@@ -694,6 +828,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 print(es_weights_table(rec, design))
         if any(r.get("role") == "confirm" for r in rec.rows):
             print(confirm_table(rec))
+        if any(r.get("role") == "picks" for r in rec.rows):
+            print(picks_table(rec))
 
 
 if __name__ == "__main__":

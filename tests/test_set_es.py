@@ -248,6 +248,37 @@ def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_
     assert "| Churn | `set_es` |" in r.stdout and "| Churn | `set_es_q` |" in r.stdout  # the confirmation seeds
     assert "| `cover_pick` |" in r.stdout and "| `w` |" in r.stdout and "unit vector" in r.stdout
     assert "| `queried_loss` |" in r.stdout                                    # set_es_q's weights table
+    assert "oracle's clients it also picks" in r.stdout                         # the picks beside the oracle's
+    picks = [x for x in doc["rows"] if x["role"] == "picks"]
+    assert {x["design"] for x in picks} == {"set_es", "set_es_q"} and len(picks) == 4   # 1 training seed × 2 seeds
+    assert all(0.0 <= x["overlap"] <= 1.0 and 0.0 <= x["learned_best"] <= 1.0 for x in picks)
     for s in doc["summaries"]:
         assert records.same(s["value"], records.compute(s, doc["rows"])), s["name"]
     assert (out / "es_curves.png").stat().st_size > 10_000
+
+
+def test_the_picks_analysis_plays_the_models_own_episode(tmp_path):
+    """``bench_learned --part picks`` asks the oracle at every round of the model's episode; the oracle's candidate
+    rounds are undone, so the episode (its accuracy after every round) is the one the model plays alone."""
+    import importlib.util
+    from pathlib import Path
+
+    from fedsel_env.bench import scenario
+    from fedsel_eval.episodes import run_episode
+
+    spec_ = importlib.util.spec_from_file_location(
+        "bench_learned", Path(__file__).resolve().parents[1] / "experiments" / "bench_learned.py")
+    bench_learned = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(bench_learned)
+    env = _churn_env(max_rounds=4)
+    spec = env.selection_spec
+    weights = dict.fromkeys(param_names(spec), 0.0)
+    weights.update(cover_pick=1.0, loss=0.5, w=0.3)
+    (tmp_path / "set_es.json").write_text(json.dumps({"params": weights}))
+    row = bench_learned.picks_episode(env, scenario("Churn"), tmp_path, 103)
+    with_oracle = float(env.view.accuracy)
+    alone = run_episode(env, None, 103, make_policy=lambda s: SetESAgent(s, model=str(tmp_path)))
+    assert row["rounds"] == alone["metrics"]["rounds"] == 4
+    assert with_oracle == alone["curves"]["accuracy"][-1]
+    assert 0.0 <= row["overlap"] <= 1.0 and set(row["oracle_minus_learned"]) == set(token_names(spec))
+    env.close()
