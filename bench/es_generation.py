@@ -1,0 +1,87 @@
+"""One CMA-ES generation of ``set_es`` / ``set_es_q`` (issue #29): the single env against the vector env.
+
+    python bench/es_generation.py                          # Churn, 12 candidates × 8 federations, n_envs 16 and 96
+    python bench/es_generation.py --scenario QuantitySkew --candidates 4 --federations 4 --n-envs 16
+    python bench/es_generation.py --profile 20             # where a set_es_q episode's time goes (cProfile)
+
+A generation plays P candidate weight vectors (random here, seeded) on E fresh federations each. It is timed
+played one episode after another on one ``FedSelectEnv`` (what ``agents/training/set_es.py`` does) and through
+``fedsel_eval.vector_episodes.play`` with each ``--n-envs`` (the same episodes, local training fused across the
+sub-envs); it prints the seconds and whether the two gave the same objectives. ``--profile N`` instead runs N
+episodes under cProfile and prints the shares of local training, the loss queries, the agent's own scoring and
+the rest. A benchmark, not a test: the figures go to docs/TRAINING.md with the load average printed here.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--scenario", default="Churn")
+    p.add_argument("--candidates", type=int, default=12)
+    p.add_argument("--federations", type=int, default=8)
+    p.add_argument("--n-envs", type=int, nargs="+", default=[16, 96])
+    p.add_argument("--no-queries", action="store_true", help="set_es (no loss queries) instead of set_es_q")
+    p.add_argument("--profile", type=int, default=0, help="profile this many episodes instead")
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    from agents.set_es import SetESAgent, param_names
+    from fedsel_env.bench import episode_objective, scenario
+    from fedsel_env.env import FedSelectEnv
+    from fedsel_eval.bench import objectives
+    from fedsel_eval.vector_episodes import EpisodeJob, play
+
+    sc = scenario(args.scenario)
+    cfg = sc.env_config()
+    env = FedSelectEnv(config=cfg)
+    spec = env.selection_spec
+    q = 0 if args.no_queries else min(2 * spec.clients_per_round, spec.num_clients)
+    rng = np.random.default_rng(0)
+    thetas = [rng.normal(size=len(param_names(spec, q))) for _ in range(args.candidates)]
+    seeds = list(range(2_900_000, 2_900_000 + args.federations))  # none of the bench's federations
+    make = lambda th: (lambda s: SetESAgent(s, model=th, queries=q))  # noqa: E731
+    print(f"{sc.name}, {'set_es_q (d = %d)' % q if q else 'set_es'}, torch {torch.__version__}, "
+          f"load {os.getloadavg()[0]:.2f}")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        objectives(env, sc, make(thetas[0]), seeds[:1])
+        prof = cProfile.Profile()
+        prof.enable()
+        objectives(env, sc, make(thetas[0]), [s + 100 for s in range(args.profile)])
+        prof.disable()
+        st = pstats.Stats(prof).stats
+        total = max(v[3] for v in st.values())
+        cum = lambda f, name: sum(v[3] for k, v in st.items() if k[2] == name and k[0].endswith(f))  # noqa: E731
+        for what, f, fn in (("local training (train_fused)", "fused_sgd.py", "train_fused"),
+                            ("loss queries (the env's query_losses)", "env.py", "query_losses"),
+                            ("the agent's select (queries included)", "set_es.py", "select")):
+            print(f"  {what}: {100 * cum(f, fn) / total:.0f}% of {total:.2f} s")
+        return
+    t = time.perf_counter()
+    single = np.array([objectives(env, sc, make(th), seeds)[0] for th in thetas])
+    t_single = time.perf_counter() - t
+    print(f"  one env, episode after episode: {t_single:.1f} s ({args.candidates} × {args.federations} episodes)")
+    for n in args.n_envs:
+        t = time.perf_counter()
+        jobs = [EpisodeJob(seed=s, make_policy=make(th), tag=(i, j))
+                for i, th in enumerate(thetas) for j, s in enumerate(seeds)]
+        vals = np.full(single.shape, np.nan)
+        for (i, j), rec in play(cfg, jobs, n):
+            vals[i, j] = episode_objective(sc, rec)[0]
+        dt = time.perf_counter() - t
+        print(f"  vector env, n_envs = {n}: {dt:.1f} s, {t_single / dt:.2f}× the single env; same objectives: "
+              f"{bool(np.array_equal(vals, single))}; load {os.getloadavg()[0]:.2f}")
+    env.close()
+
+
+if __name__ == "__main__":
+    main()
