@@ -51,7 +51,11 @@ TRAIN_SEEDS = (0, 1, 2)
 #: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from the cost of a
 #: scenario's first generations (each seed ~13-20 min here with two runs at once; docs/TRAINING.md)
 ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (60, 24),
-                               "FreeRiders": (60, 16), "NoisyLabels": (60, 16)}
+                               "FreeRiders": (60, 16), "NoisyLabels": (60, 16), "PowerOfChoice": (22, 4)}
+#: set_es's other settings where they are not the trainer's defaults: PowerOfChoice's episodes cost ~2.6 s here,
+#: so its search starts at ``kcenter_cover`` (weight 1 on ``cover_pick``, the scenario's best heuristic) with a
+#: small step and 8 candidates a generation, to look for what improves on the heuristic within 30 minutes
+ES_SETTINGS: Dict[str, Dict[str, Any]] = {"PowerOfChoice": {"start": "kcenter_cover", "sigma0": 0.3, "popsize": 8}}
 #: training episodes per scenario, fixed before any reporting episode was played (a scenario's episode costs
 #: differ: chosen so that one training seed takes at most ~30 min on this machine; docs/TRAINING.md)
 EPISODES: Dict[str, int] = {"QuantitySkew": 300, "PowerOfChoice": 150, "NoisyLabels": 300, "FreeRiders": 200,
@@ -154,10 +158,11 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
 
                 gens, eps = ES_BUDGET[name] if not args.smoke else (2, 2)
                 k, n = scenario(name).config["clients_per_round"], scenario(name).config["num_clients"]
+                extra = dict(ES_SETTINGS.get(name, {})) if not args.smoke else {"popsize": 3}
                 es_cfg = ESConfig(scenario=name, seed=seed, generations=args.generations or gens, episodes=eps,
-                                  popsize=3 if args.smoke else None, env_overrides=dict(args.overrides),
-                                  eval_seeds=list(TUNING_SEEDS), eval_every=1 if args.smoke else 5,
-                                  queries=min(2 * k, n) if args.design == "set_es_q" else 0)
+                                  env_overrides=dict(args.overrides), eval_seeds=list(TUNING_SEEDS),
+                                  eval_every=1 if args.smoke else 5,
+                                  queries=min(2 * k, n) if args.design == "set_es_q" else 0, **extra)
                 summary = train_es(es_cfg, run_folder(args.out, name, seed, args.design), es_play, deadline=deadline)
                 print(f"{name} seed {seed}: {summary}", flush=True)
                 continue
@@ -491,6 +496,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
         "designs": list(DESIGNS), "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
         "set_distill_episodes": {n: (args.episodes or EPISODES[n]) for n in args.scenarios},
         "set_distill_candidates": args.candidates, "pc_dqn_steps": dict(PC_DQN_STEPS), "pc_dqn_envs": PC_DQN_ENVS,
+        "es_budget": {n: list(v) for n, v in ES_BUDGET.items()}, "es_settings": ES_SETTINGS,
         "overrides": dict(args.overrides)})
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
                       note="the report: every episode gathered (and any missing one played) at this commit; the "

@@ -8,7 +8,7 @@ import pytest
 
 import agents
 from agents.set_es import SetESAgent, param_names, standardise, token_names
-from agents.training.set_es import ESConfig, check_training_seeds, rank_fitness, train
+from agents.training.set_es import ESConfig, check_training_seeds, make_search, rank_fitness, train
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
 
@@ -281,4 +281,19 @@ def test_the_picks_analysis_plays_the_models_own_episode(tmp_path):
     assert row["rounds"] == alone["metrics"]["rounds"] == 4
     assert with_oracle == alone["curves"]["accuracy"][-1]
     assert 0.0 <= row["overlap"] <= 1.0 and set(row["oracle_minus_learned"]) == set(token_names(spec))
+    env.close()
+
+
+def test_the_search_can_start_at_kcenter_cover():
+    """``start='kcenter_cover'``: the search's first mean is weight 1 on ``cover_pick`` alone (the heuristic itself,
+    as tested round by round above); an unknown start is refused."""
+    env = _churn_env(max_rounds=2)
+    names = param_names(env.selection_spec)
+    es, _rng = make_search(_tiny(start="kcenter_cover", sigma0=0.3), names)
+    want = np.zeros(len(names))
+    want[names.index("cover_pick")] = 1.0
+    assert np.array_equal(np.asarray(es.mean), want) and es.sigma == 0.3
+    assert np.array_equal(np.asarray(make_search(_tiny(), names)[0].mean), np.zeros(len(names)))
+    with pytest.raises(ValueError, match="start"):
+        _tiny(start="pow_d")
     env.close()

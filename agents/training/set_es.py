@@ -54,6 +54,9 @@ class ESConfig:
     :param env_overrides: env-config fields over the scenario's (e.g. a smaller ``max_rounds`` for a test).
     :param queries: d, the clients the policy asks for their current loss each round (the named variant
         ``set_es_q``, ``agents/set_es.py``); 0 = ``set_es``, no queries.
+    :param start: where the search starts: ``None``, the zero vector (every candidate of the first generation a
+        random direction), or ``"kcenter_cover"``, weight 1 on ``cover_pick`` alone (the heuristic itself, so the
+        search looks for what improves on it; use a smaller ``sigma0`` with it).
     """
 
     scenario: str
@@ -66,6 +69,7 @@ class ESConfig:
     eval_seeds: Sequence[int] = (100, 101, 102, 103, 104, 105, 106, 107, 108, 109)
     env_overrides: Dict[str, Any] = field(default_factory=dict)
     queries: int = 0
+    start: Optional[str] = None
 
     def __post_init__(self) -> None:
         from fedsel_env.bench import curve_seeds, scenario
@@ -85,6 +89,9 @@ class ESConfig:
         if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 0:
             raise ValueError(f"set_es: queries = {self.queries!r} is invalid: expected 0 (no loss queries) or an "
                              f"integer d with K <= d <= N")
+        if self.start not in (None, "kcenter_cover"):
+            raise ValueError(f"set_es: start = {self.start!r} is invalid: expected None (the zero vector) or "
+                             f"'kcenter_cover' (weight 1 on cover_pick)")
         if self.generations * self.episodes > 10_000:
             raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
                              f"the training seed's range of federations: use fewer")
@@ -136,8 +143,8 @@ class _IsolatedNumpyRandom:
             np.random.set_state(outer)
 
 
-def make_search(cfg: ESConfig, n: int):
-    """The CMA-ES search over ``n`` weights from the zero vector, and its isolated random generator."""
+def make_search(cfg: ESConfig, names: Sequence[str]):
+    """The CMA-ES search over the weights ``names`` from ``cfg.start``, and its isolated random generator."""
     import cma
 
     rng = _IsolatedNumpyRandom(10_007 + cfg.seed)
@@ -146,7 +153,10 @@ def make_search(cfg: ESConfig, n: int):
     if cfg.popsize is not None:
         opts["popsize"] = cfg.popsize
     with rng.active():
-        es = cma.CMAEvolutionStrategy(np.zeros(n), cfg.sigma0, opts)
+        x0 = np.zeros(len(names))
+        if cfg.start == "kcenter_cover":
+            x0[list(names).index("cover_pick")] = 1.0
+        es = cma.CMAEvolutionStrategy(x0, cfg.sigma0, opts)
     return es, rng
 
 
@@ -174,15 +184,16 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     conf = asdict(cfg)
-    if not cfg.queries:
-        del conf["queries"]  # set_es's run folders from before set_es_q stay resumable
+    for key, default in (("queries", 0), ("start", None)):
+        if conf[key] == default:
+            del conf[key]  # run folders from before these settings stay resumable
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
     check_queries(cfg.queries, env.selection_spec)
     pin_run_config(folder, conf, "set_es")
     check_training_seeds(cfg)
     names = param_names(env.selection_spec, cfg.queries)
-    es, rng = make_search(cfg, len(names))
+    es, rng = make_search(cfg, names)
     progress_path = folder / "progress.jsonl"
     done_rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
     for row in done_rows:  # replay the recorded generations
