@@ -51,8 +51,8 @@ TRAIN_SEEDS = (0, 1, 2)
 #: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from the cost of a
 #: scenario's first generations (each seed ~13-20 min here with two runs at once; docs/TRAINING.md)
 ES_BUDGET: Dict[str, tuple] = {"Churn": (50, 16), "QuantitySkew": (40, 8), "Stragglers": (60, 24),
-                               "FreeRiders": (60, 16), "NoisyLabels": (60, 16), "PowerOfChoice": (22, 4)}
-#: set_es's other settings where they are not the trainer's defaults: PowerOfChoice's episodes cost ~2.6 s here,
+                               "FreeRiders": (60, 16), "NoisyLabels": (60, 16), "PowerOfChoice": (45, 4)}
+#: set_es's other settings where they are not the trainer's defaults: PowerOfChoice's generations cost ~31 s here,
 #: so its search starts at ``kcenter_cover`` (weight 1 on ``cover_pick``, the scenario's best heuristic) with a
 #: small step and 8 candidates a generation, to look for what improves on the heuristic within 30 minutes
 ES_SETTINGS: Dict[str, Dict[str, Any]] = {"PowerOfChoice": {"start": "kcenter_cover", "sigma0": 0.3, "popsize": 8}}
