@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
 #: the learned designs: ``set_distill`` (DAgger from the oracle) and ``pc_dqn`` (the per-client Double DQN of
 #: issue #19, FAVOR+'s one-client 1/K step, the env's FAVOR reward, trained on the batched vector env)
-DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover", "set_es", "set_es_q")
+DESIGNS = ("set_distill", "pc_dqn", "set_distill_cover", "set_es", "set_es_q", "pc_ppo", "favor_plus")
 #: the CMA-ES-searched designs (``agents/training/set_es.py``); ``set_es_q`` asks 2K clients their loss each round
 ES_DESIGNS = ("set_es", "set_es_q")
 #: the DAgger-trained designs (``agents/training/set_distill.py``); ``set_distill_cover`` is its cover-aware variant
@@ -47,6 +47,13 @@ DISTILLED = ("set_distill", "set_distill_cover")
 #: pc_dqn's training steps per scenario (one client a step: K steps a round) and its vector env's size
 PC_DQN_STEPS: Dict[str, int] = {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000}
 PC_DQN_ENVS = 16
+#: the designs ``train_agent.py`` trains (SB3 on the batched vector env, ``PC_DQN_ENVS`` sub-envs, a new federation
+#: every episode): design → (its ``--algo``, its steps per scenario, whether a step is one client (K a round) or a
+#: whole round). ``pc_ppo``: the per-client scorer by PPO on the ``topk`` scores; ``favor_plus``: FAVOR+ (FAVOR's
+#: Double DQN with this suite's departures, configs/favor+.yml). The same 10,000 rounds as ``pc_dqn``.
+SB3_DESIGNS: Dict[str, tuple] = {"pc_dqn": ("pc_dqn", PC_DQN_STEPS, True),
+                                 "pc_ppo": ("pc_ppo", {"QuantitySkew": 10_000}, False),
+                                 "favor_plus": ("favor+", {"QuantitySkew": 50_000}, True)}
 TRAIN_SEEDS = (0, 1, 2)
 #: set_es's budget per scenario: (CMA-ES generations, federations per generation), fixed from the cost of a
 #: scenario's first generations (each seed ~13-20 min here with two runs at once; docs/TRAINING.md)
@@ -97,7 +104,7 @@ def training_summary(out: Path, sc_name: str, seed: int, design: str) -> Optiona
     args = yaml.safe_load((folder / "args.yaml").read_text())
     if summ["num_timesteps"] < int(args["n_timesteps"]):
         return None
-    k = scenario(sc_name).config["clients_per_round"]
+    k = scenario(sc_name).config["clients_per_round"] if SB3_DESIGNS[design][2] else 1
     return {"train_seconds": float(summ["train_seconds_this_call"]), "env_rounds": int(summ["num_timesteps"]) // k,
             "oracle_rounds": 0, "episodes_done": None, "env_steps": int(summ["num_timesteps"])}
 
@@ -126,8 +133,8 @@ def es_play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int], queries:
     return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta, queries=queries), seeds)
 
 
-def train_pc_dqn(args: argparse.Namespace, name: str, seed: int) -> None:
-    """``train_agent.py --algo pc_dqn`` on the scenario (its own PCA width, so the model deploys on it unchanged),
+def train_sb3(args: argparse.Namespace, name: str, seed: int, design: str = "pc_dqn") -> None:
+    """``train_agent.py --algo <design's>`` on the scenario (its own PCA width, so the model deploys on it unchanged),
     a new federation every episode, ``PC_DQN_ENVS`` sub-envs of the batched vector env; resumes a cut run."""
     import subprocess
 
@@ -136,12 +143,13 @@ def train_pc_dqn(args: argparse.Namespace, name: str, seed: int) -> None:
 
     cfg = {**DEFAULT_CONFIG, **scenario(name).env_config()}
     cfg.update(args.overrides)
-    folder = run_folder(args.out, name, seed, "pc_dqn")
-    steps = args.steps or PC_DQN_STEPS[name]
-    cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", "pc_dqn", "--env", scenario(name).env_id,
+    folder = run_folder(args.out, name, seed, design)
+    algo, budget, _one = SB3_DESIGNS[design]
+    steps = args.steps or budget[name]
+    cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", algo, "--env", scenario(name).env_id,
            "--n-envs", str(PC_DQN_ENVS), "--vec-env", "batched", "-n", str(steps), "--seed", str(seed),
            "--runs-dir", str(folder.parent), "--name", folder.name, "--no-progress-bar", "--eval-freq", "0",
-           "--env-kwargs", f"pca_components={SelectionSpec.pca_width(cfg)}",
+           "--env-kwargs", f"pca_components={SelectionSpec.pca_width(cfg)}", "federation_seed=null",
            *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]]
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         cmd.append("--resume")
@@ -166,10 +174,10 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
                 summary = train_es(es_cfg, run_folder(args.out, name, seed, args.design), es_play, deadline=deadline)
                 print(f"{name} seed {seed}: {summary}", flush=True)
                 continue
-            if args.design == "pc_dqn":
-                if training_summary(args.out, name, seed, "pc_dqn") is None:
-                    train_pc_dqn(args, name, seed)
-                print(f"{name} seed {seed}: {training_summary(args.out, name, seed, 'pc_dqn')}", flush=True)
+            if args.design in SB3_DESIGNS:
+                if training_summary(args.out, name, seed, args.design) is None:
+                    train_sb3(args, name, seed, args.design)
+                print(f"{name} seed {seed}: {training_summary(args.out, name, seed, args.design)}", flush=True)
                 continue
             cfg = DistillConfig(scenario=name, seed=seed, episodes=args.episodes or EPISODES[name],
                                 candidates=args.candidates, env_overrides=dict(args.overrides),
@@ -496,6 +504,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
         "designs": list(DESIGNS), "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
         "set_distill_episodes": {n: (args.episodes or EPISODES[n]) for n in args.scenarios},
         "set_distill_candidates": args.candidates, "pc_dqn_steps": dict(PC_DQN_STEPS), "pc_dqn_envs": PC_DQN_ENVS,
+        "sb3_designs": {d: {"algo": a, "steps": dict(b), "step_is_one_client": o} for d, (a, b, o) in SB3_DESIGNS.items()},
         "es_budget": {n: list(v) for n, v in ES_BUDGET.items()}, "es_settings": ES_SETTINGS,
         "overrides": dict(args.overrides)})
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
@@ -773,7 +782,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
     p.add_argument("--design", choices=DESIGNS, default="set_distill", help="what --part train trains")
-    p.add_argument("--steps", type=int, default=None, help="pc_dqn's training steps (default: PC_DQN_STEPS)")
+    p.add_argument("--steps", type=int, default=None, help="pc_dqn's, pc_ppo's or favor_plus's training steps "
+                                                           "(default: SB3_DESIGNS)")
     p.add_argument("--episodes", type=int, default=None, help="training episodes (default: EPISODES per scenario)")
     p.add_argument("--generations", type=int, default=None, help="set_es's CMA-ES generations (default: ES_BUDGET)")
     p.add_argument("--candidates", type=int, default=16, help="the oracle's candidates per round (default 16)")
