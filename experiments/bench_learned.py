@@ -9,6 +9,13 @@ for anything else) and pairs it, seed by seed, with random, the scenario's best 
 agent with the best mean objective in the committed reference) and the oracle, whose episodes come from
 ``experiments/results/bench_reference.json`` (same config, same seeds: common random numbers).
 
+The other designs (``--design``): ``set_distill_cover`` (``set_distill`` with ``kcenter_cover``'s state in the token);
+``set_es`` and ``set_es_q`` (a linear set value searched by CMA-ES on the scenario's own episode objective,
+``agents/training/set_es.py``; ``set_es_q`` asks 2K clients their current loss each round, as ``pow_d`` does);
+``pc_dqn``, ``pc_ppo`` and ``favor_plus`` (``train_agent.py`` on the batched vector env: the per-client selector by
+Double DQN and by PPO, and FAVOR+). ``--part larger_n`` plays the per-client models at 2 × N, ``--part confirm`` the
+ES models on 30 further seeds (20000–20029), ``--part picks`` the ES models beside the oracle round by round.
+
     .venv/bin/python experiments/bench_learned.py --part train --scenarios Churn --max-minutes 30
     .venv/bin/python experiments/bench_learned.py --part eval      # the reporting episodes (resumable)
     .venv/bin/python experiments/bench_learned.py --part report    # experiments/results/bench_learned.json
@@ -240,8 +247,9 @@ def larger_config(name: str, factor: int = 2) -> Dict[str, Any]:
     return cfg
 
 
-#: the per-client designs played at 2 × N by ``--part larger_n`` (their weights do not depend on N)
-LARGER_N_DESIGNS = ("set_distill", "set_es", "set_es_q")
+#: the per-client designs played at 2 × N by ``--part larger_n`` (their weights do not depend on N; FAVOR+'s flat
+#: Q-network does, so it is not among them)
+LARGER_N_DESIGNS = ("set_distill", "set_es", "set_es_q", "pc_dqn", "pc_ppo")
 
 
 def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
@@ -776,7 +784,7 @@ def _num(x: Any) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "picks", "report", "all"), default="all",
-                   help="larger_n: set_distill's and set_es's models at 2 × N (the PCA width they were trained with); "
+                   help="larger_n: the per-client models (LARGER_N_DESIGNS) at 2 × N (the PCA width they were trained with); "
                         "picks: the ES models' picks beside the oracle's, round by round")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
