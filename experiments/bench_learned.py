@@ -688,9 +688,13 @@ def plot_es_curves(rec: records.Record, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     entries = [e for e in rec.notes["leaderboard"] if e["policy"] in ES_DESIGNS]
-    fig, axes = plt.subplots(1, max(len(entries), 1), figsize=(4.2 * max(len(entries), 1), 3.6), squeeze=False)
+    cols = min(max(len(entries), 1), 4)
+    rows = -(-max(len(entries), 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(entries):]:
+        ax.set_visible(False)
     for j, entry in enumerate(entries):
-        name, design, ax = entry["scenario"], entry["policy"], axes[0, j]
+        name, design, ax = entry["scenario"], entry["policy"], axes.flat[j]
         curve = [r for r in rec.rows if r.get("role") == "curve" and r["scenario"] == name and r.get("design") == design]
         for t in sorted({r["training_seed"] for r in curve}):
             pts = [(r["generation"], r["tuning_objective"]) for r in curve
