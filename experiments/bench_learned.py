@@ -271,25 +271,33 @@ def part_larger_n(args: argparse.Namespace, deadline: float) -> None:
 #: seeds no version of any learned design had been reported on: set_es's wins re-played there (``--part confirm``),
 #: beside random and the best heuristic (none is a tuning, reporting or training federation: checked)
 CONFIRM_SEEDS = tuple(range(20_000, 20_030))
+#: the seed sets played without the oracle after the reporting rows were in: role → (seeds, how the record's
+#: summaries name them, the designs played there). ``confirm``: the ES designs' wins re-played (``--part confirm``);
+#: ``fresh``: seeds no version of any design had been played on before ``set_es_q`` was reported (``--part
+#: fresh``), for ``set_es_q``, which was built after the confirmation seeds had been used for ``set_es``
+CONFIRM_SETS: Dict[str, tuple] = {
+    "confirm": (CONFIRM_SEEDS, "on the confirmation seeds", ES_DESIGNS),
+    "fresh": (tuple(range(30_000, 30_030)), "on the fresh seeds 30000-30029", ("set_es_q",))}
 
 
-def part_confirm(args: argparse.Namespace, deadline: float) -> None:
-    """set_es's (and set_es_q's) models, random and the best heuristic on :data:`CONFIRM_SEEDS` (the scenario's own
-    config)."""
+def part_confirm(args: argparse.Namespace, deadline: float, role: str = "confirm") -> None:
+    """The designs of ``CONFIRM_SETS[role]`` (their models), random and the best heuristic on its seeds (the
+    scenario's own config)."""
     from fedsel_env.bench import check_fresh_federations
 
-    check_fresh_federations({f"confirmation seed {s}": s for s in CONFIRM_SEEDS})
+    seeds, _label, candidates = CONFIRM_SETS[role]
+    check_fresh_federations({f"{role} seed {s}": s for s in seeds})
     ref = reference_rows()
     for name in args.scenarios:
-        designs = [d for d in ES_DESIGNS if d in trained_designs(args, name)]
+        designs = [d for d in candidates if d in trained_designs(args, name)]
         if not designs:
             continue
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         cfg = scenario(name).env_config()
         cfg.update(args.overrides)
-        run_scenario(args.out / "confirm" / name, scenario(name), ["random", best,
+        run_scenario(args.out / role / name, scenario(name), ["random", best,
                      *[_policy_text(args, name, s, d) for d in designs for s in args.train_seeds]],
-                     list(CONFIRM_SEEDS), cfg, deadline, (), log=lambda line: print(line, flush=True))
+                     list(seeds), cfg, deadline, (), log=lambda line: print(line, flush=True))
 
 
 #: the reporting seeds ``--part picks`` replays with the oracle beside the learned policy (the first of them)
@@ -420,52 +428,65 @@ def picks_table(rec: records.Record) -> str:
     return "\n".join(lines)
 
 
-def add_confirm(rec: records.Record, args: argparse.Namespace, chunk: str) -> None:
-    """Rows and paired differences of ``part_confirm``'s episodes (scenarios where all of them are there)."""
+def add_confirm(rec: records.Record, args: argparse.Namespace, chunk: str, role: str = "confirm") -> None:
+    """Rows and paired differences of ``part_confirm``'s episodes for ``role`` (scenarios where all of them are
+    there)."""
+    seeds, label, candidates = CONFIRM_SETS[role]
     ref = reference_rows()
     for name in args.scenarios:
-        path = args.out / "confirm" / name / "episodes.jsonl"
+        path = args.out / role / name / "episodes.jsonl"
         if not path.is_file():
             continue
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
-        if not all((p, s) in rows for p in ("random", best) for s in CONFIRM_SEEDS):
+        if not all((p, s) in rows for p in ("random", best) for s in seeds):
             continue
-        designs = [d for d in ES_DESIGNS if all((f"{d}_s{t}", s) in rows for t in args.train_seeds
-                                                 for s in CONFIRM_SEEDS)]
+        designs = [d for d in candidates if all((f"{d}_s{t}", s) in rows for t in args.train_seeds for s in seeds)]
         if not designs:
             continue
         for p in ["random", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]]:
             design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in designs else None
-            for s in CONFIRM_SEEDS:
+            for s in seeds:
                 r = rows[(p, s)]
-                rec.add_row(chunk, scenario=name, role="confirm", policy=design or p,
+                rec.add_row(chunk, scenario=name, role=role, policy=design or p,
                             training_seed=int(p.rsplit("_s", 1)[1]) if design else None, seed=s,
                             objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
-        w = {"scenario": name, "role": "confirm"}
+        w = {"scenario": name, "role": role}
         for design in designs:
             for ref_pol in ("random", best):
-                rec.summarise(f"{name} on the confirmation seeds: {design} − {ref_pol}, paired by seed", "paired_t",
+                rec.summarise(f"{name} {label}: {design} − {ref_pol}, paired by seed", "paired_t",
                               "value", where={**w, "policy": design}, minus={**w, "policy": ref_pol})
         for p in ("random", best, *designs):
-            rec.summarise(f"{name} on the confirmation seeds: {p} mean {scenario(name).objective}", "mean", "value",
+            rec.summarise(f"{name} {label}: {p} mean {scenario(name).objective}", "mean", "value",
                           where={**w, "policy": p})
 
 
-def confirm_table(rec: records.Record) -> str:
-    """set_es (set_es_q) on the confirmation seeds: means and paired differences (from the record's summaries)."""
+def _against_references(rec: records.Record, prefix: str, rows: Sequence[Mapping[str, Any]],
+                        candidates: Sequence[str]) -> tuple:
+    """For a table of designs against random and the best heuristic, from the summaries named ``"<prefix>: <policy>
+    mean <objective>"`` and ``"<prefix>: <design> − <policy>, paired by seed"``: (the designs among ``candidates`` in
+    ``rows``, the best heuristic, the means by policy, the paired differences by design and reference, the number
+    format, a cell formatter for a difference with its CI)."""
+    obj = rows[0]["objective"]
+    designs = [d for d in candidates if any(r["policy"] == d for r in rows)]
+    best = next(r["policy"] for r in rows if r["policy"] not in ("random", *designs))
+    f = ".3f" if obj == "acc_worst10" else ".1f"
+    means = {p: rec.value(f"{prefix}: {p} mean {obj}") for p in ("random", best, *designs)}
+    diffs = {d: {p: rec.value(f"{prefix}: {d} − {p}, paired by seed") for p in ("random", best)} for d in designs}
+    cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
+    return designs, best, means, diffs, f, cell
+
+
+def confirm_table(rec: records.Record, role: str = "confirm") -> str:
+    """The designs on ``CONFIRM_SETS[role]``'s seeds: means and paired differences (from the record's summaries)."""
+    _seeds, label, candidates = CONFIRM_SETS[role]
     lines = ["| scenario | design | random | best heuristic | learned | learned − random [95% CI] "
              "| learned − best heuristic [95% CI] |", "|---|---|---:|---:|---:|---:|---:|"]
-    for name in sorted({r["scenario"] for r in rec.rows if r.get("role") == "confirm"}, key=list(SCENARIOS).index):
-        rows = [r for r in rec.rows if r.get("role") == "confirm" and r["scenario"] == name]
-        obj = rows[0]["objective"]
-        designs = [d for d in ES_DESIGNS if any(r["policy"] == d for r in rows)]
-        best = next(r["policy"] for r in rows if r["policy"] not in ("random", *designs))
-        f = ".3f" if obj == "acc_worst10" else ".1f"
-        v = {p: rec.value(f"{name} on the confirmation seeds: {p} mean {obj}") for p in ("random", best, *designs)}
-        cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
+    for name in sorted({r["scenario"] for r in rec.rows if r.get("role") == role}, key=list(SCENARIOS).index):
+        rows = [r for r in rec.rows if r.get("role") == role and r["scenario"] == name]
+        designs, best, v, diffs, f, cell = _against_references(rec, f"{name} {label}", rows, candidates)
         for dsg in designs:
-            d = {p: rec.value(f"{name} on the confirmation seeds: {dsg} − {p}, paired by seed") for p in ("random", best)}
+            d = diffs[dsg]
             lines.append(f"| {name} | `{dsg}` | {v['random']:{f}} | `{best}` {v[best]:{f}} | {v[dsg]:{f}} | "
                          f"{cell(d['random'])} | {cell(d[best])} |")
     return "\n".join(lines)
@@ -633,7 +654,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 "delta_vs_oracle": diffs["oracle"]["mean"], "delta_vs_oracle_ci": [diffs["oracle"]["lo"], diffs["oracle"]["hi"]],
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
     add_larger_n(rec, args, chunk)
-    add_confirm(rec, args, chunk)
+    for role in CONFIRM_SETS:
+        add_confirm(rec, args, chunk, role)
     add_picks(rec, args, chunk)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
@@ -743,14 +765,10 @@ def larger_table(rec: records.Record) -> str:
         rows = [r for r in rec.rows if r.get("role") == "larger_n" and r["scenario"] == name]
         if not rows:
             continue
-        n, obj = rows[0]["num_clients"], rows[0]["objective"]
-        designs = [d for d in LARGER_N_DESIGNS if any(r["policy"] == d for r in rows)]
-        best = next(r["policy"] for r in rows if r["policy"] not in ("random", *designs))
-        f = ".3f" if obj == "acc_worst10" else ".1f"
-        v = {p: rec.value(f"{name} at N = {n}: {p} mean {obj}") for p in ("random", best, *designs)}
-        cell = lambda x: f"{x['mean']:+{f}} [{x['lo']:+{f}}, {x['hi']:+{f}}]"  # noqa: E731
+        n = rows[0]["num_clients"]
+        designs, best, v, diffs, f, cell = _against_references(rec, f"{name} at N = {n}", rows, LARGER_N_DESIGNS)
         for d in designs:
-            diff = {p: rec.value(f"{name} at N = {n}: {d} − {p}, paired by seed") for p in ("random", best)}
+            diff = diffs[d]
             lines.append(f"| {name} | {n} ({scenario(name).config['num_clients']}) | `{d}` | {v['random']:{f}} | "
                          f"`{best}` {v[best]:{f}} | {v[d]:{f}} | {cell(diff['random'])} | {cell(diff[best])} |")
     return "\n".join(lines)
@@ -787,9 +805,10 @@ def _num(x: Any) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "picks", "report", "all"), default="all",
+    p.add_argument("--part", choices=("train", "eval", "larger_n", "confirm", "fresh", "picks", "report", "all"),
+                   default="all",
                    help="larger_n: the per-client models (LARGER_N_DESIGNS) at 2 × N (the PCA width they were trained with); "
-                        "picks: the ES models' picks beside the oracle's, round by round")
+                        "fresh: set_es_q on seeds 30000-30029; picks: the ES models' picks beside the oracle's, round by round")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with an "
                                                      "episode budget)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
@@ -826,6 +845,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         part_larger_n(args, deadline)
     if args.part in ("confirm", "all"):
         part_confirm(args, deadline)
+    if args.part in ("fresh", "all"):
+        part_confirm(args, deadline, "fresh")
     if args.part in ("picks", "all"):
         part_picks(args, deadline)
     if args.part in ("report", "all"):
@@ -839,8 +860,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 for design in ES_DESIGNS:
                     if any(e["policy"] == design for e in rec.notes["leaderboard"]):
                         splice_doc(ROOT / "docs" / "TRAINING.md", f"{design}_weights", es_weights_table(rec, design))
-            if any(r.get("role") == "confirm" for r in rec.rows):
-                splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_confirm", confirm_table(rec))
+            for role, marker in (("confirm", "learned_confirm"), ("fresh", "learned_fresh")):
+                if any(r.get("role") == role for r in rec.rows):
+                    splice_doc(ROOT / "docs" / "BENCHMARK.md", marker, confirm_table(rec, role))
             if any(r.get("role") == "picks" for r in rec.rows):
                 splice_doc(ROOT / "docs" / "TRAINING.md", "learned_picks", picks_table(rec))
             splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
@@ -854,8 +876,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         for design in ES_DESIGNS:
             if any(e["policy"] == design for e in rec.notes["leaderboard"]):
                 print(es_weights_table(rec, design))
-        if any(r.get("role") == "confirm" for r in rec.rows):
-            print(confirm_table(rec))
+        for role in CONFIRM_SETS:
+            if any(r.get("role") == role for r in rec.rows):
+                print(confirm_table(rec, role))
         if any(r.get("role") == "picks" for r in rec.rows):
             print(picks_table(rec))
 

@@ -243,7 +243,7 @@ def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_
     assert set(entries) == {"set_es", "set_es_q"}
     for entry in entries.values():
         assert entry["learned"] is True and len(entry["delta_vs_best_heuristic_ci"]) == 2
-    assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference", "weights", "confirm"}
+    assert {r["role"] for r in doc["rows"]} >= {"learned", "curve", "training", "tuning_reference", "weights", "confirm", "fresh"}
     assert json.loads((out / "set_es_q" / "Churn" / "seed0" / "set_es.json").read_text())["queries"] == 10
     assert "| Churn | `set_es` |" in r.stdout and "| Churn | `set_es_q` |" in r.stdout  # the confirmation seeds
     assert "| `cover_pick` |" in r.stdout and "| `w` |" in r.stdout and "unit vector" in r.stdout

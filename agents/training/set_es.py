@@ -189,9 +189,13 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
             del conf[key]  # run folders from before these settings stay resumable
     sc = scenario(cfg.scenario)
     env = FedSelectEnv(config=cfg.env_config())
-    check_queries(cfg.queries, env.selection_spec)
-    pin_run_config(folder, conf, "set_es")
-    check_training_seeds(cfg)
+    try:
+        check_queries(cfg.queries, env.selection_spec)
+        pin_run_config(folder, conf, "set_es")
+        check_training_seeds(cfg)
+    except ValueError:
+        env.close()
+        raise
     names = param_names(env.selection_spec, cfg.queries)
     es, rng = make_search(cfg, names)
     progress_path = folder / "progress.jsonl"
