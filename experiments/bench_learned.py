@@ -418,8 +418,8 @@ def picks_table(rec: records.Record) -> str:
             v = [rec.value(pre + x) for x in ("share of the oracle's clients it also picks",
                                              "share of rounds its pick is the oracle's best candidate",
                                              "share of the oracle's candidates that score better than its pick")]
-            feats = {r["param"] for r in rec.rows if r.get("role") == "picks_token" and r["scenario"] == name
-                     and r["design"] == design}
+            feats = list(dict.fromkeys(r["param"] for r in rec.rows if r.get("role") == "picks_token"
+                                       and r["scenario"] == name and r["design"] == design))  # token order: ties stable
             d = {f: rec.value(pre + f"oracle − learned mean standardised {f}") for f in feats}
             top = sorted(d, key=lambda f: -abs(d[f]["mean"]))[:3]
             lines.append(f"| {name} | `{design}` | {len(rows)} | {cell(v[0])} | {cell(v[1])} | {cell(v[2])} | "
