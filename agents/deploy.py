@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 import os
 import zipfile
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from fedsel_env.registry import is_import_path, load_import_path
 from fedsel_env.server_view import flatten
 from fedsel_env.wrappers import repair_subset, subset_masks
 
-from .saved_models import load_model
+from .saved_models import load_model, read_zip_data
 
 ALL_MODES = ("one", "topk", "subset")
 #: Name of the env-config file saved beside a trained model (train_agent.py writes it).
@@ -187,9 +186,11 @@ def detect_algorithm(saved: Any) -> Optional[str]:
     if isinstance(saved, (str, os.PathLike)):
         try:
             with zipfile.ZipFile(saved) as z:
-                data = json.loads(z.read("data"))
-        except (OSError, zipfile.BadZipFile, KeyError, json.JSONDecodeError) as e:
+                if "data" not in z.namelist():
+                    raise KeyError("There is no item named 'data' in the archive")
+        except (OSError, zipfile.BadZipFile, KeyError) as e:
             raise ValueError(f"{str(saved)!r} is not a saved Stable-Baselines3 model: {e}") from None
+        data = read_zip_data(saved, "model")  # size and nesting checked before parsing: ValueError naming it
         policy = data.get("policy_class")
         module = str(policy.get("__module__", "")) if isinstance(policy, dict) else ""
     else:  # a loaded model: its policy's class, its attributes for what it saves
@@ -403,6 +404,12 @@ for _entry in (  # train_agent.py's algorithms, then those whose models only loa
     Algorithm("pc_dqn", _DOUBLE_DQN, ("one",), True, "per_client", ("agents.per_client_net",), lacks=("clip_range",),
               about="the per-client selector as per-client Q-values, Double DQN in the 'one' mode "
                     "(configs/pc_dqn.yml), deployed as top-K; runs at any N"),
+    Algorithm("pl_ppo", f"{_SB3}:PPO", ("topk",), False, "per_client", ("agents.plackett_luce",), ("clip_range",),
+              about="the K-of-N policy (agents/plackett_luce.py, issue #41): Plackett-Luce over per-client logits, "
+                    "trained by PPO (configs/pl_ppo.yml), deployed as the K largest logits; runs at any N"),
+    Algorithm("pl_a2c", f"{_SB3}:A2C", ("topk",), False, "per_client", ("agents.plackett_luce",),
+              lacks=("clip_range",),
+              about="the Plackett-Luce K-of-N policy trained by A2C (configs/pl_a2c.yml)"),
     Algorithm("sac", f"{_SB3}:SAC", ("topk",), True, policy_modules=(f"{_SB3}.sac.policies",),
               about="SB3's SAC, scoring clients in the 'topk' mode (a Box of N scores)"),
     Algorithm("ddpg", f"{_SB3}:DDPG", off_policy=True, trainable=False),  # saves TD3's policy: told as td3

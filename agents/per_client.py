@@ -6,9 +6,10 @@ Because no weight depends on N or on the clients' order, a model trained on one 
 many: ``federation_seed: null`` draws a new one each episode) runs on any other with the same PCA
 width d, at any N — FAVOR's flat Q-network cannot (docs/SPEC.md §4).
 
-Both training forms load here: PPO/A2C with :class:`~agents.per_client_net.PerClientActorCriticPolicy`
-(``topk`` scores; the Gaussian's mean is used) and (Double) DQN with
-:class:`~agents.per_client_net.PerClientDQNPolicy` (per-client Q-values).
+Every training form loads here: PPO/A2C with :class:`~agents.per_client_net.PerClientActorCriticPolicy`
+(``topk`` scores; the Gaussian's mean is used), (Double) DQN with
+:class:`~agents.per_client_net.PerClientDQNPolicy` (per-client Q-values), and PPO/A2C with the K-of-N
+:class:`~agents.plackett_luce.PlackettLucePolicy` (its logits).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from fedsel_env.spec import SelectionSpec
 from .base import SelectionAgent
 from .deploy import ALGORITHMS, Deployment, deployment_config, detect_algorithm, model_class, register_deployment
 from .registry import AGENTS
-from .saved_models import load_model
+from .saved_models import check_zip, load_model
 
 
 def _zip_of(path: Union[str, Path]) -> Path:
@@ -45,6 +46,7 @@ def saved_pca_components(path: Union[str, Path]) -> Optional[int]:
     if not zip_path.is_file():
         return None
     try:
+        check_zip(zip_path)  # its size before torch reads it
         _, params, _ = load_from_zip_file(zip_path, load_data=False, device="cpu")
     except Exception:  # noqa: BLE001 - torch, zipfile, pickle: load_per_client reports it with the fix
         return None

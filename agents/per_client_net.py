@@ -234,16 +234,20 @@ class PerClientDQNPolicy(DQNPolicy):
 def per_client_scores(model: Any, obs: Dict[str, np.ndarray]) -> np.ndarray:
     """The scores a trained per-client model gives the clients of one Dict observation: (N,).
 
-    PPO/A2C: the Gaussian's mean; DQN-family: the Q-values.
+    PPO/A2C: the Gaussian's mean; DQN-family: the Q-values; Plackett-Luce: the logits.
     """
     policy = model.policy
     tensors, _ = policy.obs_to_tensor({k: np.asarray(v) for k, v in obs.items()})
+    from .plackett_luce import PlackettLucePolicy
+
     with th.no_grad():
-        if isinstance(policy, PerClientActorCriticPolicy):
+        if isinstance(policy, PlackettLucePolicy):
+            s = policy.logits(tensors)
+        elif isinstance(policy, PerClientActorCriticPolicy):
             s = policy.scores(tensors)
         elif isinstance(policy, PerClientDQNPolicy):
             s = policy.q_net(tensors)
         else:
             raise ValueError(f"{type(model).__name__} with {type(policy).__name__} is not a per-client model "
-                             f"(expected PerClientActorCriticPolicy or PerClientDQNPolicy)")
+                             f"(expected PerClientActorCriticPolicy, PerClientDQNPolicy or PlackettLucePolicy)")
     return s[0].cpu().numpy().astype(np.float64)

@@ -24,7 +24,9 @@ from .bench import SCENARIOS as _BENCH  # noqa: E402
 
 for _sc in _BENCH.values():
     if _sc.env_id not in gym_registry:
-        register(id=_sc.env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"config": _sc.env_config()},
+        # the objective as the reward (issue #41): an episode's return is its score, negated when lower is better
+        register(id=_sc.env_id, entry_point="fedsel_env.env:FedSelectEnv",
+                 kwargs={"config": {**_sc.env_config(), **_sc.reward_config()}},
                  vector_entry_point=_VECTOR)
 #: the multi-objective env: a vector reward, so Gymnasium's checker (which wants a scalar) is off, as
 #: ``mo_gymnasium.make`` turns it off

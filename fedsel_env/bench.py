@@ -62,6 +62,11 @@ class Scenario:
         """A fresh copy of the scenario's config (safe to modify)."""
         return copy.deepcopy(dict(self.config))
 
+    def reward_config(self) -> Dict[str, Any]:
+        """The config fields of the scenario's objective as the reward (``reward: objective``, issue #41): what
+        ``fedsel/Bench-<Name>-v0`` adds to :meth:`env_config`, so that an episode's return is the score."""
+        return {"reward": "objective", "reward_params": {"objective": self.objective}}
+
 
 _FMNIST = {"dataset": "fashion_mnist", "test_fraction": 0.2, "track_improvement": False}
 _ALWAYS = {"availability": 1.0}

@@ -56,7 +56,7 @@ DEFAULT_CONFIG: Dict[str, Any] = {
                                   # client's share of a K-client FedAvg round (FAVOR's training, docs/TRAINING.md)
     "target_accuracy": 0.9,       # Ω: the episode terminates when the global accuracy reaches it
     "max_rounds": 60,             # round budget: truncated after it
-    "reward": "favor",            # favor | accuracy_gain | time_penalised
+    "reward": "favor",            # favor | accuracy_gain | time_penalised | objective | vector
     "reward_params": {},          # e.g. {"xi": 64} for favor
     "pca_components": None,       # d; None = min(100, N + 1)
     "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)

@@ -66,7 +66,7 @@ class FedSelectEnv(gym.Env):
         if hasattr(self.reward_fn, "space"):  # a vector reward (reward: vector): MO-Gymnasium's attributes
             self.reward_space = self.reward_fn.space(self.num_clients)
             self.reward_dim = self.reward_space.shape[0]
-        self.aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
+        self.aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"], self.k)
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
         self.server_step = server_step(cfg)  #: the fraction of a communication round one step stands for
@@ -120,7 +120,7 @@ class FedSelectEnv(gym.Env):
         broken = self.view.start(report, pca_seed=pca)
         self.view.open_round(fed.open_round())
         self.tally = EpisodeTally(fed.adversary, profiling_time=report.round_time, profiling_diverged=broken)
-        self._round = 0
+        self._round, self._clock = 0, 0.0
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
     reset = on_env_threads(inline(reset_steps))  # Gymnasium's reset: reset_steps with its training done here
@@ -131,10 +131,12 @@ class FedSelectEnv(gym.Env):
         (``step``; as a generator it yields the round's ``TrainRequest``, for ``fedsel_env/vector.py``)."""
         selected = self._decode(action)  # may raise; no side effect
         report = yield from self.federation.round_steps(selected, evaluate=self._count_round())
-        reward = self._reward(self._record(report))
+        outcome = self._record(report)
         terminated = bool(report.evaluation is not None and not report.diverged
                           and self.view.accuracy >= self.config["target_accuracy"])
         truncated = bool(not terminated and (self._round >= self.max_steps or self.tally.diverged))
+        outcome.final = terminated or truncated  # the objective reward settles its sum at the last step
+        reward = self._reward(outcome)
         if not terminated and not truncated:
             self.view.open_round(self.federation.open_round())
         return self.view.observe(), reward, terminated, truncated, self.tally.step_info(report, self.view, terminated)
@@ -155,11 +157,13 @@ class FedSelectEnv(gym.Env):
         """The round into the view's and the episode's records; what the reward reads of it."""
         prev_acc, prev_part, prev_client_acc = \
             self.view.accuracy, self.view.participation.copy(), self.view.client_accuracies
+        prev_clock = self._clock
         self.view.record(report)
         self.tally.record(report)
+        self._clock = float(report.clock)
         return RoundOutcome(self.view.accuracy, prev_acc, self.config["target_accuracy"], report.round_time,
                             self._round, self.view.participation, prev_part, self.view.client_accuracies,
-                            prev_client_acc)
+                            prev_client_acc, clock=self._clock, prev_clock=prev_clock)
 
     def _reward(self, outcome: RoundOutcome) -> Any:
         reward = self.reward_fn(outcome)

@@ -51,6 +51,9 @@ def prepare(args: Args) -> Dict[str, Any]:
                          "scalarise the vector in your own script with mo_gymnasium.wrappers.LinearReward")
     policy = check_policy(hp, env_config)
     kwargs = model_kwargs(hp)  # parses schedules and policy_kwargs: errors surface now
+    k_kwarg = getattr(policy, "clients_per_round_kwarg", None)  # a K-of-N policy (Plackett-Luce) is told K
+    if k_kwarg is not None:
+        kwargs["policy_kwargs"] = {**kwargs.get("policy_kwargs", {}), k_kwarg: int(env_config["clients_per_round"])}
     callbacks = config_callbacks(hp.get("callback"))  # FLMetricsCallback and those the entry names
     return {"args": args, "run_dir": run_dir, "env_config": env_config, "hp": hp, "policy": policy, "kwargs": kwargs,
             "callbacks": callbacks}
