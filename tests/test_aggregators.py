@@ -1,4 +1,5 @@
-"""Aggregation backends of docs/SPEC.md §3.5 (issue #3): q-FedAvg, q-FedSGD, FedMGDA+, FedProx.
+"""Aggregation backends of docs/SPEC.md §3.5 (issue #3): q-FedAvg, q-FedSGD, FedMGDA+, FedProx; and the robust
+backends of issue #44: coordinate-wise median and trimmed mean, Krum / Multi-Krum, norm clipping.
 
 The expected values are computed here in plain numpy from the papers' equations,
 independently of the code under test.
@@ -259,6 +260,131 @@ def test_scaled_update_moves_fedavg_not_fedmgda():
 
 
 # ---------------------------------------------------------------------------------------------
+# robust aggregation (issue #44): the papers' equations on small hand-computed cases
+
+
+def test_coordinate_median_by_hand():
+    w = np.zeros(3)
+    local = [[1.0, 9.0, -2.0], [3.0, 0.0, 5.0], [2.0, 4.0, 100.0]]
+    agg = make_aggregator("median")
+    np.testing.assert_array_equal(agg.aggregate(make_updates(w, local)).numpy(), [2.0, 4.0, 5.0])
+    # even K: the mean of the two middle values (Yin et al.'s median of each coordinate)
+    local4 = local + [[10.0, 1.0, 0.0]]
+    np.testing.assert_array_equal(agg.aggregate(make_updates(w, local4)).numpy(), [2.5, 2.5, 2.5])
+    # the claimed sizes buy nothing; one row of absurd values, or NaN, never reaches the result
+    np.testing.assert_array_equal(agg.aggregate(make_updates(w, local, sizes=[1, 1, 10**7])).numpy(), [2.0, 4.0, 5.0])
+    bad = [[1.0, 9.0, -2.0], [3.0, 0.0, 5.0], [float("nan"), 1e30, float("inf")]]
+    np.testing.assert_array_equal(agg.aggregate(make_updates(w, bad)).numpy(), [3.0, 9.0, 5.0])
+
+
+def test_trimmed_mean_by_hand():
+    w = np.zeros(2)
+    local = [[1.0, 50.0], [2.0, -7.0], [3.0, 1.0], [4.0, 2.0], [-90.0, 3.0]]
+    # β = 0.2, K = 5: b = ⌊1⌋ = 1 removed at each end of each coordinate
+    got = make_aggregator("trimmed_mean", {"beta": 0.2}).aggregate(make_updates(w, local)).numpy()
+    np.testing.assert_allclose(got, [(1 + 2 + 3) / 3, (1 + 2 + 3) / 3])
+    assert make_aggregator("trimmed_mean").beta == 0.2  # the documented default
+    # β = 0.4: b = 2, the median of 5; β = 0.1: b = 0, the plain (uniform) mean
+    np.testing.assert_allclose(make_aggregator("trimmed_mean", {"beta": 0.4}).aggregate(make_updates(w, local)).numpy(),
+                               [2.0, 2.0])
+    np.testing.assert_allclose(make_aggregator("trimmed_mean", {"beta": 0.1}).aggregate(make_updates(w, local)).numpy(),
+                               np.mean(local, axis=0))
+
+
+def krum_scores_by_hand(points, f):
+    """Blanchard et al.: s(k) = Σ of the squared distances to the n − f − 2 nearest other points."""
+    n = len(points)
+    scores = []
+    for k, p in enumerate(points):
+        d = sorted(float(np.sum((p - q) ** 2)) for i, q in enumerate(points) if i != k)
+        scores.append(sum(d[:n - f - 2]))
+    return np.array(scores)
+
+
+def test_krum_scores_and_choice_by_hand():
+    from fedsel_env.sim.aggregators.krum import krum_scores
+
+    # five points on a line and one far away; n = 6, f = 1: each score sums the 3 nearest squared distances
+    pts = np.array([[0.0, 0.0], [1.5, 0.0], [2.0, 0.0], [2.5, 0.0], [4.5, 0.0], [40.0, 40.0]])
+    expect = krum_scores_by_hand(pts, f=1)
+    np.testing.assert_allclose(expect[:5], [2.25 + 4 + 6.25, 0.25 + 1 + 2.25, 0.25 + 0.25 + 4, 0.25 + 1 + 4,
+                                            4 + 6.25 + 9])
+    np.testing.assert_allclose(krum_scores(torch.as_tensor(pts), 1).numpy(), expect)
+    agg = make_aggregator("krum", {"f": 1})
+    np.testing.assert_array_equal(agg.aggregate(make_updates(np.zeros(2), list(pts))).numpy(), [1.5, 0.0])
+    assert agg.last_f == 1 and agg.last_selected.tolist() == [1]
+    # Multi-Krum, m = 3: the mean of the three lowest scores (points 1, 2, 3)
+    multi = make_aggregator("krum", {"f": 1, "m": 3})
+    np.testing.assert_allclose(multi.aggregate(make_updates(np.zeros(2), list(pts))).numpy(), [2.0, 0.0])
+    assert multi.last_selected.tolist() == [1, 2, 3]
+    # f = None: the largest f this K allows, ⌊(6 − 3)/2⌋ = 1
+    auto = make_aggregator("krum")
+    auto.aggregate(make_updates(np.zeros(2), list(pts)))
+    assert auto.last_f == 1
+
+
+def test_krum_f_too_large_for_the_clients_per_round_is_refused_and_a_short_round_lowers_f():
+    with pytest.raises(ValueError, match=r"krum parameter 'f' = 2 is too large for clients_per_round = 6.*f ≤ 1"):
+        make_aggregator("krum", {"f": 2}, clients_per_round=6)
+    make_aggregator("krum", {"f": 2}, clients_per_round=7)  # K = 2f + 3: allowed
+    with pytest.raises(ValueError, match=r"krum parameter 'm' = 4 is larger than clients_per_round = 3"):
+        make_aggregator("krum", {"m": 4}, clients_per_round=3)
+    from fedsel_env.env import FedSelectEnv
+
+    with pytest.raises(ValueError, match=r"krum parameter 'f' = 1 is too large for clients_per_round = 3"):
+        FedSelectEnv(config={"aggregator": "krum", "aggregator_params": {"f": 1}}, preset="tiny")
+    # fewer responders than the parameters need (drop-outs): f is lowered to what K allows
+    agg = make_aggregator("krum", {"f": 2})
+    pts = [np.array([0.0]), np.array([1.0]), np.array([1.5]), np.array([30.0])]
+    np.testing.assert_array_equal(agg.aggregate(make_updates(np.zeros(1), pts)).numpy(), [1.0])
+    assert agg.last_f == 0
+    # K = 2: nobody can be told from a Byzantine client; the update that moves the model least is taken
+    np.testing.assert_array_equal(agg.aggregate(make_updates(np.array([1.2]), pts[:2])).numpy(), [1.0])
+
+
+def test_norm_clipping_by_hand():
+    w = np.array([1.0, 1.0])
+    updates = [np.array([3.0, 4.0]), np.array([0.0, 1.0]), np.array([-60.0, 80.0])]  # norms 5, 1, 100
+    local = [w + u for u in updates]
+    sizes = [1, 2, 1]
+    # M = 2: Δ' = (1.2, 1.6), (0, 1), (-1.2, 1.6); weighted by n_k
+    fixed = make_aggregator("norm_clipping", {"max_norm": 2.0})
+    expect = w + (1 * np.array([1.2, 1.6]) + 2 * np.array([0.0, 1.0]) + 1 * np.array([-1.2, 1.6])) / 4
+    np.testing.assert_allclose(fixed.aggregate(make_updates(w, local, sizes=sizes)).numpy(), expect)
+    # default M: the median update norm, 5; uniform weighting
+    auto = make_aggregator("norm_clipping", {"weighting": "uniform"})
+    expect = w + (np.array([3.0, 4.0]) + np.array([0.0, 1.0]) + np.array([-3.0, 4.0])) / 3
+    np.testing.assert_allclose(auto.aggregate(make_updates(w, local, sizes=sizes)).numpy(), expect)
+    assert auto.last_bound == 5.0
+    # an attacker flipping its update and scaling it by any factor s ≥ 1: norms (5, 1, 5s), M = 5, so its
+    # update is clipped back to −(3, 4) and the step is (3, 4)/3 + (0, 1)/3 − (3, 4)/3 whatever s is
+    for scale in (1.0, 1e3, 1e6):
+        poisoned = [w + updates[0], w + updates[1], w - scale * updates[0]]
+        moved = auto.aggregate(make_updates(w, poisoned)).numpy() - w
+        np.testing.assert_allclose(moved, [0.0, 1 / 3], atol=1e-12)
+
+
+def test_robust_backends_resist_a_sign_flipped_scaled_client_that_takes_fedavg():
+    """One of five clients sends w_t − 30 (w_k − w_t): FedAvg moves against the honest mean; median, trimmed mean,
+    Krum and norm clipping stay close to it."""
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=20)
+    direction = rng.normal(size=20)
+    honest = [w + direction + 0.1 * rng.normal(size=20) for _ in range(4)]
+    attacker = w - 30.0 * (honest[0] - w)
+    local = honest + [attacker]
+    target = np.mean(honest, axis=0) - w
+    for name, params in (("fedavg", {}), ("median", {}), ("trimmed_mean", {}), ("krum", {"f": 1}),
+                         ("norm_clipping", {})):
+        step = make_aggregator(name, params).aggregate(make_updates(w, local)).numpy() - w
+        cosine = float(step @ target / (np.linalg.norm(step) * np.linalg.norm(target)))
+        if name == "fedavg":
+            assert cosine < -0.9, cosine
+        else:
+            assert cosine > 0.9, (name, cosine)
+
+
+# ---------------------------------------------------------------------------------------------
 # every backend
 
 
@@ -272,7 +398,8 @@ def test_zero_update_gives_no_nan(name, all_zero):
     losses = [0.0, 1.3, 0.4]  # the client that did not move is at a zero loss
     if all_zero:
         local, grads, losses = [w.copy()] * 3, [np.zeros(6)] * 3, [0.0] * 3
-    takes = {"fedavg": set(), "fedprox": set(), "qfedavg": {"q"}, "qfedsgd": {"q"}, "fedmgda+": {"epsilon"}}[name]
+    takes = {"fedavg": set(), "fedprox": set(), "qfedavg": {"q"}, "qfedsgd": {"q"}, "fedmgda+": {"epsilon"},
+             "median": set(), "trimmed_mean": set(), "krum": set(), "norm_clipping": set()}[name]
     for params in ({}, {"q": 0.0}, {"q": 0.3}, {"epsilon": 0.0}, {"epsilon": 0.2}):
         if not set(params) <= takes:  # a parameter this backend does not have: named in a ValueError
             with pytest.raises(ValueError, match=re.escape(f"unknown aggregator parameter(s) {sorted(params)}")):
@@ -317,6 +444,20 @@ def test_fedprox_aggregates_as_fedavg_and_asks_for_the_proximal_term():
     ("fedmgda+", {"solver": "osqp"}, "solver"),
     ("fedprox", {"mu": -0.01}, "mu"),
     ("fedprox", {"weighting": "equal"}, "weighting"),
+    ("trimmed_mean", {"beta": 0.5}, "beta"),
+    ("trimmed_mean", {"beta": -0.1}, "beta"),
+    ("trimmed_mean", {"beta": float("nan")}, "beta"),
+    ("trimmed_mean", {"beta": "0.2"}, "beta"),
+    ("trimmed_mean", {"beta": True}, "beta"),
+    ("krum", {"f": -1}, "f"),
+    ("krum", {"f": 1.5}, "f"),
+    ("krum", {"f": True}, "f"),
+    ("krum", {"m": 0}, "m"),
+    ("krum", {"m": "2"}, "m"),
+    ("norm_clipping", {"max_norm": 0.0}, "max_norm"),
+    ("norm_clipping", {"max_norm": -1.0}, "max_norm"),
+    ("norm_clipping", {"max_norm": float("inf")}, "max_norm"),
+    ("norm_clipping", {"weighting": "equal"}, "weighting"),
 ])
 def test_bad_params_raise_value_error(name, params, field):
     with pytest.raises(ValueError, match=re.escape(name) + f".*'{field}'"):

@@ -17,5 +17,10 @@ from . import qfedavg  # noqa: F401
 from . import qfedsgd  # noqa: F401
 from . import fedmgda_plus  # noqa: F401
 from . import fedprox  # noqa: F401
+# robust aggregation (issue #44): Yin et al. 2018, Blanchard et al. 2017, Sun et al. 2019
+from . import median  # noqa: F401
+from . import trimmed_mean  # noqa: F401
+from . import krum  # noqa: F401
+from . import norm_clipping  # noqa: F401
 
 __all__ = ["AGGREGATORS", "Aggregator", "ClientUpdates", "aggregator_factory", "make_aggregator"]

@@ -60,6 +60,13 @@ class Aggregator:
     def reset(self, global_params: torch.Tensor) -> None:
         """Start of an episode: clear any server state (e.g. a step-size schedule)."""
 
+    def check_round_size(self, k: int) -> None:
+        """Refuse, when the env or the Flower strategy is built, a ``clients_per_round`` K with which this
+        backend's parameters cannot hold (e.g. Krum's K ≥ 2f + 3). Nothing to check by default.
+
+        :raises ValueError: naming the parameter and what K allows.
+        """
+
     def local_options(self) -> Dict[str, Any]:
         """Options the local objective must apply, e.g. ``{"prox_mu": 0.01}`` for FedProx."""
         return {}

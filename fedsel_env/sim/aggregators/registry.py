@@ -36,9 +36,16 @@ def aggregator_factory(name: str, params: Dict[str, Any] | None = None) -> Any:
     return factory
 
 
-def make_aggregator(name: str, params: Dict[str, Any] | None = None) -> Aggregator:
+def make_aggregator(name: str, params: Dict[str, Any] | None = None,
+                    clients_per_round: int | None = None) -> Aggregator:
     """Build the aggregator registered as ``name`` with ``params`` (validated by the aggregator).
 
+    :param clients_per_round: K, when known: the aggregator's ``check_round_size(K)`` (if it has one) refuses
+        parameters that cannot hold with K responders (Krum's f with K < 2f + 3).
     :raises ValueError: for an unknown name, an unknown parameter name, or a bad value.
     """
-    return aggregator_factory(name, params)(**dict(params or {}))
+    aggregator = aggregator_factory(name, params)(**dict(params or {}))
+    check = getattr(aggregator, "check_round_size", None)
+    if clients_per_round is not None and callable(check):
+        check(int(clients_per_round))
+    return aggregator
