@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import pickle
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from fedsel_env.sim.safe_pickle import (NUMPY_GLOBALS, NUMPY_RANDOM_GLOBALS, PLAIN_GLOBALS, RefusedGlobal,
                                         restricted_load, restricted_loads)
+
+from .selector_files import MAX_HIDDEN, MAX_WEIGHTS_BYTES, check_int, parse_json
 
 #: what to do about a damaged model file, unless the caller knows better
 DEFAULT_FIX = "the file is damaged (cut short by a crash or a partial copy?): copy it again, or train it again"
@@ -87,11 +88,7 @@ def safe_data_objects(path: Union[str, Path], what: str = "model", skip: Any = (
     :raises ValueError: naming the file, the entry and what it would load, with the opt-in, when an
         entry names anything but plain data and the classes of :func:`_admit_class`.
     """
-    try:
-        with zipfile.ZipFile(path) as z:
-            data = json.loads(z.read("data")) if "data" in z.namelist() else {}
-    except (OSError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot load {what} {str(path)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
+    data = read_zip_data(path, what)
     objects: Dict[str, Any] = {}
     for key, item in (data.items() if isinstance(data, dict) else ()):
         if key in skip or not (isinstance(item, dict) and ":serialized:" in item):  # skip: the caller's own
@@ -100,10 +97,114 @@ def safe_data_objects(path: Union[str, Path], what: str = "model", skip: Any = (
             objects[key] = restricted_loads(base64.b64decode(str(item[":serialized:"])), MODEL_GLOBALS, _admit_class)
         except RefusedGlobal as e:
             raise ValueError(f"{what} {str(path)!r}: its pickled entry {key!r} is refused: {e}; {TRUST_FIX}") from None
-        except (pickle.UnpicklingError, binascii.Error, EOFError, ValueError, TypeError, AttributeError) as e:
+        except (pickle.UnpicklingError, binascii.Error, EOFError, ValueError, TypeError, AttributeError, KeyError,
+                IndexError, OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as e:
             raise ValueError(f"cannot load {what} {str(path)!r}: its pickled entry {key!r} is damaged "
                              f"({_reason(e)}); {DEFAULT_FIX}") from None
+    check_sizes(objects, f"{what} {str(path)!r}")
     return objects
+
+
+#: the largest uncompressed content of a model zip (all entries), and of its ``data`` entry
+MAX_ZIP_CONTENT = MAX_WEIGHTS_BYTES
+MAX_DATA_BYTES = 64 << 20
+#: the most numbers a saved observation or action space may hold
+MAX_SPACE_SIZE = 1 << 24
+
+
+def check_zip(path: Union[str, Path], what: str = "model") -> None:
+    """A model zip's size on disk and its entries' uncompressed sizes (from the directory, before any is read).
+
+    :raises ValueError: naming the file when it is no zip, or over :data:`MAX_ZIP_CONTENT` in all (a zip bomb).
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_ZIP_CONTENT:
+            raise ValueError(f"{what} {str(p)!r} is {size:,} bytes, over the {MAX_ZIP_CONTENT:,} a model file may "
+                             f"be: it is not read; {DEFAULT_FIX}")
+        with zipfile.ZipFile(p) as z:
+            total = sum(max(i.file_size, 0) for i in z.infolist())
+    except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as e:
+        if isinstance(e, ValueError) and str(e).startswith(what):
+            raise
+        raise ValueError(f"cannot load {what} {str(p)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
+    if total > MAX_ZIP_CONTENT:
+        raise ValueError(f"{what} {str(p)!r} unpacks to {total:,} bytes, over the {MAX_ZIP_CONTENT:,} a model file "
+                         f"may hold: it is not read; {DEFAULT_FIX}")
+
+
+def read_zip_data(path: Union[str, Path], what: str = "model") -> Dict[str, Any]:
+    """The JSON object of an SB3 zip's ``data`` entry ({} when it has none), its size and nesting checked before
+    it is parsed (``agents/selector_files.py``).
+
+    :raises ValueError: naming the file when it is no zip, too big, or its ``data`` is not a JSON object.
+    """
+    check_zip(path, what)
+    where = f"{what} {str(path)!r}'s data entry"
+    try:
+        with zipfile.ZipFile(path) as z:
+            if "data" not in z.namelist():
+                return {}
+            info = z.getinfo("data")
+            if info.file_size > MAX_DATA_BYTES:
+                raise ValueError(f"{where} is {info.file_size:,} bytes, over the {MAX_DATA_BYTES:,} it may be; "
+                                 f"{DEFAULT_FIX}")
+            with z.open(info) as f:
+                raw = f.read(MAX_DATA_BYTES + 1)
+    except (OSError, zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError) as e:
+        raise ValueError(f"cannot load {what} {str(path)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
+    data = parse_json(raw, where)
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} holds a JSON {type(data).__name__}, not an object of the model's fields; "
+                         f"{DEFAULT_FIX}")
+    return data
+
+
+def _widths(value: Any) -> list:
+    """The layer widths a ``net_arch`` names (a list of ints, or a mapping of such lists)."""
+    if isinstance(value, Mapping):
+        return [w for v in value.values() for w in _widths(v)]
+    if isinstance(value, (list, tuple)):
+        return [w for v in value for w in _widths(v)]
+    return [value]
+
+
+def check_sizes(objects: Mapping[str, Any], where: str) -> None:
+    """The sizes a saved model's entries ask its network to be built with, before SB3 builds it: the spaces'
+    shapes (at most :data:`MAX_SPACE_SIZE` numbers) and ``policy_kwargs``' widths (``hidden``, ``net_arch``, a
+    features extractor's ``hidden``: integers in [1, ``MAX_HIDDEN``]).
+
+    :raises ValueError: naming the file and the field.
+    """
+    import numpy as np
+
+    for key in ("observation_space", "action_space"):
+        space = objects.get(key)
+        shapes = [getattr(s, "shape", None) for s in (getattr(space, "spaces", {}) or {}).values()] \
+            if hasattr(space, "spaces") and isinstance(getattr(space, "spaces"), Mapping) else [getattr(space, "shape", None)]
+        for shape in shapes:
+            if shape is None:
+                continue
+            try:
+                n = int(np.prod([int(x) for x in shape], dtype=object))
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}: field {key!r} has a shape {shape!r:.60} that is not a tuple of integers; "
+                                 f"{DEFAULT_FIX}") from None
+            if n > MAX_SPACE_SIZE or any(int(x) < 0 for x in shape):
+                raise ValueError(f"{where}: field {key!r} has shape {tuple(shape)!r:.60}: over the {MAX_SPACE_SIZE:,} "
+                                 f"numbers a saved space may hold; {DEFAULT_FIX}")
+    kwargs = objects.get("policy_kwargs")
+    if not isinstance(kwargs, Mapping):
+        return
+    extractor = kwargs.get("features_extractor_kwargs")
+    checks = [("policy_kwargs.hidden", kwargs.get("hidden")),
+              *((f"policy_kwargs.net_arch", w) for w in _widths(kwargs.get("net_arch", []))),
+              ("policy_kwargs.features_extractor_kwargs.hidden",
+               extractor.get("hidden") if isinstance(extractor, Mapping) else None)]
+    for field, value in checks:
+        if value is not None:
+            check_int(value, where, field, 1, MAX_HIDDEN)
 
 
 def _reason(e: BaseException) -> str:
@@ -125,10 +226,24 @@ def load_model(cls: Any, path: Union[str, Path], what: str = "model", fix: Optio
     if not (trusted() if trust is None else trust):  # the caller's own custom_objects win
         given = kwargs.get("custom_objects") or {}
         kwargs["custom_objects"] = {**safe_data_objects(p, what, skip=given), **given}
+        check_sizes(kwargs["custom_objects"], f"{what} {str(p)!r}")
     try:
-        return cls.load(p, **kwargs)
+        model = cls.load(p, **kwargs)
     except Exception as e:  # noqa: BLE001 - torch, zipfile, json, pickle, SB3: all mean "not loadable"
         raise ValueError(f"cannot load {what} {str(p)!r} ({_reason(e)}); {fix or DEFAULT_FIX}") from e
+    _check_finite(model, f"{what} {str(p)!r}")
+    return model
+
+
+def _check_finite(model: Any, where: str) -> None:
+    """A loaded model's network weights are finite. :raises ValueError: naming the file and the weights."""
+    import torch
+
+    policy = getattr(model, "policy", None)
+    for name, t in (policy.state_dict().items() if hasattr(policy, "state_dict") else ()):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{where}: weights {name!r} hold NaN or infinite values: the model diverged or the file "
+                             f"is damaged; train it again")
 
 
 def load_replay_buffer(model: Any, path: Union[str, Path], what: str = "replay buffer",

@@ -55,6 +55,7 @@ from .registry import AGENTS
 from .base import SelectionAgent
 from .kcenter import farthest_point
 from .per_client_net import ClientSetEncoder, ScoreHead
+from .selector_files import MAX_HIDDEN, check_field, check_int, load_tensors, read_json_object
 
 #: the files of a saved model: the weights (read with ``torch.load(weights_only=True)``) and their metadata
 WEIGHTS_FILE, META_FILE = "set_distill.pt", "set_distill.json"
@@ -209,22 +210,46 @@ def save_model(model: SetScorer, folder: Union[str, Path], meta: Dict[str, Any])
 def load_model(folder: Union[str, Path], observation_space: spaces.Dict) -> Tuple[SetScorer, Dict[str, Any]]:
     """A saved :class:`SetScorer` for an observation space of any N (no weight depends on N).
 
-    :raises ValueError: when the folder holds no model, or the PCA width or client features differ.
+    Every field is checked before the network is built (``agents/selector_files.py``): the metadata is a JSON
+    object whose ``hidden`` is an integer in [1, ``MAX_HIDDEN``] (``-1`` or ``10**6`` refused before allocating),
+    ``pca_components`` and ``n_features`` integers, ``cover_features`` a boolean; the weights file is read by
+    ``torch.load(weights_only=True)`` (a pickle payload is refused) and must hold this network's tensors, finite
+    and of magnitude <= ``MAX_WEIGHT``.
+
+    :raises ValueError: naming the file and the field, when the folder holds no model, a field is missing or
+        invalid, the PCA width or client features differ, or the weights are damaged or do not fit.
     """
     folder = Path(folder)
     if not (folder / WEIGHTS_FILE).is_file() or not (folder / META_FILE).is_file():
         raise ValueError(f"{folder} holds no set_distill model ({WEIGHTS_FILE} and {META_FILE}): train one with "
                          f"experiments/bench_learned.py --design set_distill, or name the folder it wrote")
-    meta = json.loads((folder / META_FILE).read_text())
-    cover = bool(meta.get("cover_features", False))
+    where = f"set_distill metadata {str(folder / META_FILE)!r}"
+    meta = read_json_object(folder / META_FILE, "set_distill metadata")
+    fields = {name: check_field(meta, where, name, why) for name, why in (
+        ("hidden", "the network's width"), ("pca_components", "the PCA width d it reads"),
+        ("n_features", "the client features it reads"))}
+    hidden = check_int(fields["hidden"], where, "hidden", 1, MAX_HIDDEN)
+    saved_d = check_int(fields["pca_components"], where, "pca_components", 1, 1 << 20)
+    saved_f = check_int(fields["n_features"], where, "n_features", 0, 1 << 20)
+    cover = meta.get("cover_features", False)
+    if not isinstance(cover, bool):
+        raise ValueError(f"{where}: field 'cover_features' = {cover!r:.60} is invalid: expected true or false")
     d = int(observation_space["weights"].shape[1])
     f = int(observation_space["clients"].shape[1])
-    if meta["pca_components"] != d or meta["n_features"] != f:
-        raise ValueError(f"the set_distill model in {folder} was trained with pca_components={meta['pca_components']} "
-                         f"and {meta['n_features']} client features; this env has {d} and {f}: set the env's "
-                         f"pca_components to {meta['pca_components']}")
-    model = SetScorer(observation_space, hidden=int(meta["hidden"]), cover_features=cover)
-    model.load_state_dict(th.load(folder / WEIGHTS_FILE, weights_only=True))
+    if saved_d != d or saved_f != f:
+        raise ValueError(f"the set_distill model in {folder} was trained with pca_components={saved_d} "
+                         f"and {saved_f} client features; this env has {d} and {f}: set the env's "
+                         f"pca_components to {saved_d}")
+    state = load_tensors(folder / WEIGHTS_FILE, "set_distill weights")
+    model = SetScorer(observation_space, hidden=hidden, cover_features=cover)
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in state.items()}
+    if want != got:
+        wrong = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))[:4]
+        raise ValueError(f"set_distill weights {str(folder / WEIGHTS_FILE)!r} do not fit the network its metadata "
+                         f"describes (hidden={hidden}): {', '.join(f'{k}: {got.get(k)} (expected {want.get(k)})' for k in wrong)}"
+                         f"; give the folder a training run wrote")
+    model.load_state_dict(state)
     model.eval()
     return model, meta
 

@@ -37,7 +37,6 @@ A **named variant**, not a paper's algorithm: FAVOR's state (docs/SPEC.md ยง2, ย
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
@@ -47,6 +46,7 @@ from fedsel_env.spec import SelectionSpec
 
 from .base import SelectionAgent
 from .registry import AGENTS
+from .selector_files import check_field, check_weight, read_json_object
 from .set_distill import COVER_FEATURES, CoverTracker, greedy_set, obs_tensors, pair_distances
 
 #: the file a trained policy is saved in (JSON: the weights by feature name, and the training facts)
@@ -87,20 +87,33 @@ def standardise(tokens: np.ndarray, available: np.ndarray) -> np.ndarray:
 
 
 def load_policy(folder: Union[str, Path], spec: SelectionSpec) -> Dict[str, Any]:
-    """A saved policy's JSON, checked against ``spec``'s client features.
+    """A saved policy's JSON, every field checked (``agents/selector_files.py``) and matched to ``spec``'s client
+    features; ``params`` comes back as a mapping of names to floats.
 
-    :raises ValueError: when the folder holds no policy, or one made for other client features.
+    :raises ValueError: naming the file and the field: the folder holds no policy; the file is too big, nested too
+        deep, not JSON or not a JSON object; ``params`` is missing or not a mapping of the token's names to finite
+        numbers of magnitude <= ``MAX_WEIGHT`` (a string, ``10**400``, ``1e308`` and NaN are refused); ``queries``
+        is invalid; the policy was made for other client features.
     """
     path = Path(folder) / POLICY_FILE
     if not path.is_file():
         raise ValueError(f"{folder} holds no set_es policy ({POLICY_FILE}): train one with experiments/"
                          f"bench_learned.py --design set_es, or name the folder it wrote")
-    policy = json.loads(path.read_text())
-    queries = check_queries(policy.get("queries", 0), spec)
-    if list(policy["params"]) != param_names(spec, queries):
-        raise ValueError(f"the set_es policy in {folder} was trained with the token {list(policy['params'])[:-1]}; "
+    where = f"set_es policy {str(path)!r}"
+    policy = read_json_object(path, "set_es policy")
+    params = check_field(policy, where, "params", "a mapping of the token's feature names to weights")
+    if not isinstance(params, dict):
+        raise ValueError(f"{where}: field 'params' is a JSON {type(params).__name__}; expected an object mapping "
+                         f"the token's feature names to weights")
+    try:
+        queries = check_queries(policy.get("queries", 0), spec)
+    except ValueError as e:
+        raise ValueError(f"{where}: field 'queries': {e}") from None
+    if list(params) != param_names(spec, queries):
+        raise ValueError(f"the set_es policy in {folder} was trained with the token {list(params)[:-1]}; "
                          f"this env's is {param_names(spec, queries)[:-1]}: train it on this env's client features")
-    return policy
+    return {**policy, "queries": queries,
+            "params": {n: check_weight(v, where, f"params.{n}") for n, v in params.items()}}
 
 
 @AGENTS.register("set_es")
@@ -141,9 +154,12 @@ class SetESAgent(SelectionAgent):
             if missing:
                 raise ValueError(f"set_es weights lack {missing}: give every one of {names}")
             model = [model[n] for n in names]
-        theta = np.asarray(model, dtype=np.float64).reshape(-1)
-        if theta.size != len(names) or not np.all(np.isfinite(theta)):
-            raise ValueError(f"set_es needs {len(names)} finite weights ({names}); got {theta.size}")
+        if isinstance(model, np.ndarray):
+            model = model.reshape(-1).tolist()
+        if not isinstance(model, (list, tuple)) or len(model) != len(names):
+            raise ValueError(f"set_es needs {len(names)} finite weights ({names}); got {model!r:.80}")
+        theta = np.array([check_weight(v, f"set_es needs {len(names)} finite weights", n)
+                          for n, v in zip(names, model)], dtype=np.float64)
         self.theta, self.w = theta[:len(token_names(spec))], float(theta[-1])
         self.theta_q = float(theta[-2]) if self.queries else 0.0
         self.tracker = CoverTracker(self.k, spec)

@@ -121,6 +121,7 @@ class FedSelectEnv(gym.Env):
         self.view.open_round(fed.open_round())
         self.tally = EpisodeTally(fed.adversary, profiling_time=report.round_time, profiling_diverged=broken)
         self._round, self._clock = 0, 0.0
+        self._ended = False
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
     reset = on_env_threads(inline(reset_steps))  # Gymnasium's reset: reset_steps with its training done here
@@ -135,7 +136,7 @@ class FedSelectEnv(gym.Env):
         terminated = bool(report.evaluation is not None and not report.diverged
                           and self.view.accuracy >= self.config["target_accuracy"])
         truncated = bool(not terminated and (self._round >= self.max_steps or self.tally.diverged))
-        outcome.final = terminated or truncated  # the objective reward settles its sum at the last step
+        outcome.final = self._ended = terminated or truncated  # the objective reward settles its sum at the last step
         reward = self._reward(outcome)
         if not terminated and not truncated:
             self.view.open_round(self.federation.open_round())
@@ -146,6 +147,9 @@ class FedSelectEnv(gym.Env):
     def _decode(self, action: Any) -> np.ndarray:
         if self.federation is None:
             raise RuntimeError("call reset() before step()")
+        if self._ended:  # no round past the budget or the target: the episode's numbers would be wrong
+            raise RuntimeError(f"the episode ended (terminated or truncated) at step {self._round} of {self.max_steps}: "
+                               f"call reset() to start a new one before step()")
         return self.action_mode.decode(action, self.view.available)
 
     def _count_round(self) -> bool:

@@ -22,9 +22,13 @@ Gymnasium 1.x's vector contract: ``reset(seed=s)`` seeds sub-env i with s + i (o
 after an episode ends resets that sub-env, ignores its action and returns reward 0, not terminated, not
 truncated), ``same_step`` (the reset observation at once; the last one in ``info["final_obs"]``) or
 ``disabled``; ``info`` is batched with Gymnasium's ``_key`` masks. ``action_masks()`` gives (E, N).
-Actions are checked for every sub-env before any of them moves: a bad action is a ``ValueError`` naming the
-sub-env, and nothing changes. ``reset_some`` / ``step_some`` move only the named sub-envs and return their
-results unbatched (``fedsel_eval.vector_episodes`` plays whole episodes per sub-env with them).
+Actions are checked for every sub-env before any of them moves: a batch that is not E actions (``(E - 1, N)``,
+``(E + 1, N)``, a scalar, ``None``) or a bad action is a ``ValueError`` naming the sub-env, and nothing changes.
+``reset_some`` / ``step_some`` move only the named sub-envs and return their results unbatched
+(``fedsel_eval.vector_episodes`` plays whole episodes per sub-env with them); their indices must be integers in
+[0, E) (a negative index, ``1.7``, ``True``, a list instead of a mapping: ``ValueError``, nothing moves). After
+``close()`` every step and reset is refused. The memory check (:func:`refuse_too_many`) runs on the first sub-env,
+before anything per sub-env is built or listed (``num_envs = 10**12`` is a ``ValueError`` naming the E that fits).
 """
 from __future__ import annotations
 
@@ -105,13 +109,15 @@ class FedSelectVectorEnv(VectorEnv):
         if configs is None:
             if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
                 raise ValueError(f"num_envs = {num_envs!r} is invalid: expected an integer >= 1")
-            configs = [config] * int(num_envs)
+            n = int(num_envs)  # one config for all: no list of E of them (E may be refused by the memory check)
         else:
             configs = list(configs)
             if not configs or (num_envs is not None and num_envs != len(configs)):
                 raise ValueError(f"configs has {len(configs)} entries but num_envs = {num_envs!r}: give one config "
                                  f"per sub-env (and num_envs equal to their number, or leave it out)")
-        self.num_envs = len(configs)
+            n = len(configs)
+        self.num_envs = n
+        self.closed = False
         self.autoreset_mode = _autoreset_mode(autoreset_mode)
         self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = render_mode
@@ -120,7 +126,8 @@ class FedSelectVectorEnv(VectorEnv):
         # federation that another sub-env holds (sim/data.py's SharedBuilds; 64 Fashion-MNIST sub-envs
         # took 0.45 s each to build one by one)
         self._builds = SharedBuilds()
-        for i, cfg in enumerate(configs):
+        for i in range(n):
+            cfg = config if configs is None else configs[i]
             merged = {**copy.deepcopy(dict(cfg or {})), **fields}
             with sharing_builds(self._builds):
                 env = FedSelectEnv(config=merged, preset=preset)
@@ -129,7 +136,8 @@ class FedSelectVectorEnv(VectorEnv):
                                  f"vector env, which trains every sub-env's clients in one call: set workers: 1")
             if i == 0:
                 # sub-envs of one config on one federation share its data (read-only)
-                shared = env.config["federation_seed"] is not None and all(c == configs[0] for c in configs)
+                shared = env.config["federation_seed"] is not None and \
+                    (configs is None or all(c == configs[0] for c in configs))
                 refuse_too_many(self.num_envs, *env_bytes(env, shared))
                 if shared:  # its federation's data, built once (the env keeps it as its probe)
                     with sharing_builds(self._builds):
@@ -158,6 +166,7 @@ class FedSelectVectorEnv(VectorEnv):
     # ------------------------------------------------------------------- reset
     def reset(self, *, seed: Any = None, options: Optional[Dict[str, Any]] = None):
         """Reset every sub-env (or those in ``options["reset_mask"]``); sub-env i gets seed ``seed + i``."""
+        self._check_open("reset")
         if seed is None:
             seeds: List[Optional[int]] = [None] * self.num_envs
         elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
@@ -187,9 +196,10 @@ class FedSelectVectorEnv(VectorEnv):
     # -------------------------------------------------------------------- step
     def step(self, actions: Any):
         """One round in every sub-env (a reset in those whose episode ended last step, in ``next_step`` mode)."""
+        self._check_open("step")
         if any(e is None for e in self._env_obs):
             raise RuntimeError("call reset() before step()")
-        actions = list(iterate(self.action_space, actions))
+        actions = self._split(actions)
         resetting = self._autoreset.copy() if self.autoreset_mode == AutoresetMode.NEXT_STEP else \
             np.zeros(self.num_envs, dtype=np.bool_)
         if self.autoreset_mode == AutoresetMode.DISABLED and self._autoreset.any():
@@ -224,6 +234,40 @@ class FedSelectVectorEnv(VectorEnv):
         with torch_threads(self._threads), sharing_builds(self._builds):
             return drive(steps)
 
+    def _check_open(self, what: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"{what}() on a closed FedSelectVectorEnv: close() released its sub-envs; make a new "
+                               f"one")
+
+    def _split(self, actions: Any) -> List[Any]:
+        """The batch of E actions, one per sub-env. :raises ValueError: when it is not E of the single shape."""
+        want = (self.num_envs, *self.single_action_space.shape)
+        try:
+            arr = np.asarray(actions)
+        except ValueError:  # a ragged batch
+            arr = np.asarray(None)
+        if actions is None or arr.dtype == object or arr.shape != want:
+            got = "None" if actions is None else f"shape {arr.shape}" if arr.dtype != object else "a ragged batch"
+            raise ValueError(f"actions: expected one action per sub-env, an array of shape {want} (num_envs = "
+                             f"{self.num_envs}, then the single action's shape {self.single_action_space.shape}); "
+                             f"got {got}. Nothing moved")
+        return list(iterate(self.action_space, arr))
+
+    def _index(self, i: Any, what: str) -> int:
+        """A sub-env index: an integer in [0, E). :raises ValueError: otherwise (a negative one is not counted
+        from the end, a float is not rounded, a bool is not an index)."""
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.num_envs:
+            raise ValueError(f"{what}: sub-env index {i!r} is invalid: expected an integer in [0, {self.num_envs}) "
+                             f"(num_envs = {self.num_envs}). Nothing moved")
+        return int(i)
+
+    def _indexed(self, given: Any, what: str) -> Dict[int, Any]:
+        """``given`` as {index: value}, every index checked. :raises ValueError: not a mapping, a bad index."""
+        if not isinstance(given, Mapping):
+            raise ValueError(f"{what}: expected a mapping of sub-env index to its value (e.g. {{0: ...}}), got a "
+                             f"{type(given).__name__}. Nothing moved")
+        return {self._index(i, what): v for i, v in given.items()}
+
     def _check_actions(self, actions: Mapping[int, Any]) -> None:
         """Every action decoded before any sub-env moves: a ``ValueError`` naming the first bad one."""
         for i, action in actions.items():
@@ -240,9 +284,12 @@ class FedSelectVectorEnv(VectorEnv):
                    options: Optional[Dict[str, Any]] = None) -> Dict[int, tuple]:
         """Reset the sub-envs named in ``seeds`` (index → seed) together; {index: (obs, info)}, each as the
         single env returns it (not batched). For drivers that play whole episodes per sub-env and leave
-        some idle (``fedsel_eval``): the others do not move, and a later :meth:`step` sees these as reset."""
-        results = self._drive({int(i): self.envs[int(i)].reset_steps(seed=s, options=options)
-                               for i, s in seeds.items()})
+        some idle (``fedsel_eval``): the others do not move, and a later :meth:`step` sees these as reset.
+
+        :raises ValueError: for an index that is not an integer in [0, E), before any sub-env moves."""
+        self._check_open("reset_some")
+        seeds = self._indexed(seeds, "reset_some")
+        results = self._drive({i: self.envs[i].reset_steps(seed=s, options=options) for i, s in seeds.items()})
         for i, (obs, _) in results.items():
             self.adopt(i, obs)
         return results
@@ -250,8 +297,9 @@ class FedSelectVectorEnv(VectorEnv):
     def step_some(self, actions: Mapping[int, Any]) -> Dict[int, tuple]:
         """One step of the sub-envs named in ``actions`` (index → action) together, no autoreset;
         {index: (obs, reward, terminated, truncated, info)}, each as the single env returns it. The
-        others do not move. Every action is checked before any sub-env moves (``ValueError`` naming it)."""
-        actions = {int(i): a for i, a in actions.items()}
+        others do not move. Every index and action is checked before any sub-env moves (``ValueError`` naming it)."""
+        self._check_open("step_some")
+        actions = self._indexed(actions, "step_some")
         self._check_actions(actions)
         results = self._drive({i: self.envs[i].step_steps(a) for i, a in actions.items()})
         for i, (obs, _, terminated, truncated, _) in results.items():
@@ -283,7 +331,7 @@ class FedSelectVectorEnv(VectorEnv):
         return tuple(getattr(env, name) for env in self.envs)
 
     def close_extras(self, **kwargs: Any) -> None:
-        for env in self.envs:
+        for env in getattr(self, "envs", []):  # none yet when the constructor refused its arguments
             env.close()
 
 

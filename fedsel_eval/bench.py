@@ -15,17 +15,21 @@ oracle beside it (``agents/lookahead.py``, scored by the scenario's objective). 
 The **mean normalised score** averages a policy's scores over the scenarios that have headroom (the others
 cannot normalise: their denominator may be 0 or of either sign).
 
-Episodes are stored one JSON line each in ``<out>/<scenario>/episodes.jsonl`` (appended and fsync'ed as each
-ends) with the scenario config's hash and the policy's spec: a rerun skips what is there (resumable, also
-after a deadline: ``deadline``), and rows from the committed reference (``experiments/results/
-bench_reference.json``) for the same config, policy and seed are used instead of being replayed.
+Episodes are stored one JSON line each in ``<out>/<scenario>/episodes.jsonl``, appended whole or not at all
+(``agents.training.atomic.append_line``: a full disk is a ``ValueError`` naming the file, the file cut back to its
+last whole line) while the run holds the folder's lock (a second run on the same ``--out`` is refused). Each row
+carries the key it was played under (issue #44): the hash of the **resolved** env config (every default
+included: :func:`config_sha`), the simulator's code version (:func:`code_version`) and the hash of any model
+file the policy reads (:func:`policy_files_sha`). A rerun skips what is there (resumable, also after a deadline:
+``deadline``; a last line cut short by a crash is cut back first, any other damaged line is a ``ValueError``), and
+rows of the committed reference (``experiments/results/bench_reference.json``) are used instead of being
+replayed only when their whole key matches.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +38,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from fedsel_env.bench import Scenario, episode_objective, federation_seed, normalised_score, select
+
+from agents.training.atomic import append_line, atomic_write_bytes, lock_run_folder
 
 from .policies import build_policy, parse_policy
 from .run_folder import atomic_write_text, jsonable
@@ -45,8 +51,57 @@ RESAMPLES = 4000
 
 
 def config_sha(config: Mapping[str, Any]) -> str:
-    """A short hash of a scenario's env config: rows made under another config are not reused."""
-    return hashlib.sha256(json.dumps(jsonable(dict(config)), sort_keys=True).encode()).hexdigest()[:16]
+    """A short hash of a scenario's env config **resolved** (``fedsel_env.config.make_config``: every default it
+    inherits included, so a changed ``DEFAULT_CONFIG`` is another config): rows made under another config are
+    not reused."""
+    from fedsel_env.config import make_config
+
+    resolved = make_config(dict(config))
+    return hashlib.sha256(json.dumps(jsonable(resolved), sort_keys=True).encode()).hexdigest()[:16]
+
+
+#: the sources whose code decides an episode's numbers: the simulator and env, and the selectors
+_CODE_GLOBS = ("fedsel_env/**/*.py", "agents/*.py")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_version() -> str:
+    """A short hash of the simulator's code (``fedsel_env/``) and the selectors' (``agents/*.py``), every file's
+    path and bytes: rows played by other code are not reused (any edit counts, so a stale number is never
+    reported; the price is a replay after each change of that code)."""
+    h = hashlib.sha256()
+    for pattern in _CODE_GLOBS:
+        for f in sorted(_ROOT.glob(pattern)):
+            h.update(f.relative_to(_ROOT).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def policy_files_sha(spec: Any) -> Optional[str]:
+    """A short hash of the files a policy reads (a saved model's zip; an agent parameter naming a file, or a folder:
+    its files, e.g. ``set_es:model=<folder>``'s ``set_es.json``), None when it reads none: a model rewritten in place
+    is another policy."""
+    paths: List[Path] = [Path(spec.source)] if spec.kind == "model" else []
+    for value in (spec.params or {}).values():
+        for v in (value if isinstance(value, (list, tuple)) else [value]):
+            if isinstance(v, (str, Path)) and str(v) and Path(v).exists():
+                paths.append(Path(v))
+    if not paths:
+        return None
+    h = hashlib.sha256()
+    for p in paths:
+        files = sorted(f for f in p.iterdir() if f.is_file()) if p.is_dir() else [p]
+        for f in files:
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+    return h.hexdigest()[:16]
+
+
+def row_key(row: Mapping[str, Any]) -> Tuple[Any, ...]:
+    """What a stored row must match to be reused: scenario, policy text, seed, resolved config, code, model files."""
+    return (row.get("scenario"), row.get("policy_spec"), row.get("seed"), row.get("config_sha"),
+            row.get("code_version"), row.get("model_sha"))
 
 
 def objectives(env: Any, sc: Scenario, make_policy: Callable[[Any], Any],
@@ -92,14 +147,31 @@ class ScenarioRun:
 
 
 def _read_rows(path: Path) -> List[Dict[str, Any]]:
+    """The rows of a scenario's ``episodes.jsonl``. A last line cut short (a crash or a full disk mid-append) is cut
+    back from the file, so its episode is replayed and appended on a line of its own.
+
+    :raises ValueError: naming the file, the line and the fix for any other damaged line (not UTF-8, not JSON, not
+        an episode row): it is not skipped silently.
+    """
     if not path.is_file():
         return []
+    raw = path.read_bytes()
+    complete, _, partial = raw.rpartition(b"\n")
+    if partial:  # an append interrupted mid-line: keep the whole lines only
+        atomic_write_bytes(path, complete + b"\n" if complete else b"")
     rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a last line cut short by a crash: dropped, its episode replayed
+    for number, line in enumerate(complete.split(b"\n") if complete else [], 1):
+        if not line.strip():
             continue
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            row = e
+        if not isinstance(row, dict) or not {"scenario", "policy_spec", "seed", "value"} <= set(row):
+            problem = f"not valid JSON ({row})" if isinstance(row, Exception) else "not an episode row"
+            raise ValueError(f"{str(path)!r}, line {number}, is damaged: {problem}. Delete that line (its episode "
+                             f"is played again on the next run), or give another --out")
+        rows.append(row)
     return rows
 
 
@@ -124,14 +196,14 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
     :param n_envs: play up to this many episodes at once through the vector env (``fedsel_eval.vector_episodes``;
         the same rows, appended as each ends).
     :return: the rows of the requested policies and seeds that exist now (fewer when the deadline came first).
+    :raises ValueError: when another run holds ``folder`` (its lock), a line of its ``episodes.jsonl`` is damaged
+        (other than a last line cut short), or the disk is full (naming the file).
     """
     from fedsel_env.env import FedSelectEnv
 
-    from .episodes import run_episode
-
     cfg = dict(config if config is not None else sc.env_config())
     cfg["observation"] = "dict"
-    sha = config_sha(cfg)
+    sha, code = config_sha(cfg), code_version()
     specs = [parse_policy(p, cfg) for p in policies]
     labels = [sp.label for sp in specs]
     if len(set(labels)) != len(labels):
@@ -151,11 +223,28 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
                 log(f"{sc.name}: {spec.label} left out: {e}")
                 continue
         kept.append((text, spec))
+    models = {text: policy_files_sha(spec) for text, spec in kept}
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with lock_run_folder(folder, "fedsel_eval.bench"):  # one writer per scenario folder: a second is refused
+            return _play(folder, sc, cfg, sha, code, kept, models, seeds, deadline, reuse, log, n_envs, env)
+    except BaseException:
+        if env is not None:
+            env.close()
+        raise
+
+
+def _play(folder: Path, sc: Scenario, cfg: Dict[str, Any], sha: str, code: str, kept: List[Tuple[str, Any]],
+          models: Mapping[str, Optional[str]], seeds: Sequence[int], deadline: float,
+          reuse: Sequence[Mapping[str, Any]], log: Callable[[str], Any], n_envs: int, env: Any) -> ScenarioRun:
+    """:func:`run_scenario`'s episodes, with the folder locked."""
+    from fedsel_env.env import FedSelectEnv
+
+    from .episodes import run_episode
+
     path = folder / EPISODES
-    have = {(r["policy_spec"], r["seed"]): r for r in [*reuse, *_read_rows(path)]
-            if r.get("config_sha") == sha and r.get("scenario") == sc.name}
+    wanted = {(sc.name, text, int(seed), sha, code, models[text]) for seed in seeds for text, _ in kept}
+    have = {(r["policy_spec"], r["seed"]): r for r in [*reuse, *_read_rows(path)] if row_key(r) in wanted}
     run = ScenarioRun(sc, cfg)
 
     def maker(spec: Any, seed: int, made: List[Any]) -> Callable[[Any], Any]:
@@ -165,11 +254,10 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
         return make
 
     def keep(seed: int, text: str, spec: Any, rec: Mapping[str, Any], policy: Any) -> None:
-        have[(text, seed)] = row = episode_row(sc, cfg, sha, spec.label, text, seed, rec, policy)
-        with open(path, "a") as f:
-            f.write(json.dumps(jsonable(row)) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        row = episode_row(sc, cfg, sha, spec.label, text, seed, rec, policy)
+        row.update(code_version=code, model_sha=models[text])
+        append_line(path, json.dumps(jsonable(row)))  # whole or not at all; a full disk: ValueError naming the file
+        have[(text, seed)] = row
         log(f"{sc.name} seed {seed} {spec.label}: {row['objective']} = {row['value']:.4g}"
             f"{' (missed Ω)' if row['censored'] else ''}, {row['wall_time_s']:.1f} s")
 
@@ -385,13 +473,22 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
     :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
     :param n_envs: episodes played at once through the vector env (the same rows).
     :return: the per-scenario summaries (also in ``<out>/leaderboard.json``, ``.md`` and ``.png``).
+    :raises ValueError: when another run holds ``out`` (a second ``--suite bench`` on the same ``--out``).
     """
+    scs = select(scenarios)
+    out = Path(out)
+    with lock_run_folder(out, "evaluate.py --suite bench"):  # a second suite on the same --out is refused
+        return _suite(out, scs, policies, seeds, rounds, deadline, lookahead, plots, log, n_envs)
+
+
+def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: Optional[Sequence[int]],
+           rounds: Optional[int], deadline: float, lookahead: str, plots: bool, log: Callable[[str], Any],
+           n_envs: int) -> List[Dict[str, Any]]:
+    """:func:`run_suite` with ``out`` locked."""
     from fedsel_env.bench import REPORTING_SEEDS
 
-    scs = select(scenarios)
     reuse = reference_rows()
     summaries = []
-    out = Path(out)
     for sc in scs:
         cfg = sc.env_config()
         if rounds is not None:

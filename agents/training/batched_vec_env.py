@@ -106,9 +106,17 @@ class BatchedVecEnv(VecEnv):
 
     # ------------------------------------------------------------- sub-envs
     def _indices(self, indices: Any) -> List[int]:
+        """SB3's ``indices``: None (all), one index or an iterable of them, each an integer in [0, n_envs).
+
+        :raises ValueError: for anything else (a negative index is not counted from the end, 1.7 is not rounded)."""
         if indices is None:
             return list(range(self.num_envs))
-        return [int(indices)] if isinstance(indices, (int, np.integer)) else [int(i) for i in indices]
+        many = indices if isinstance(indices, (list, tuple, range, np.ndarray)) else [indices]
+        for i in many:
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.num_envs:
+                raise ValueError(f"indices {indices!r:.60} is invalid: expected None, or integers in "
+                                 f"[0, {self.num_envs}) (n_envs = {self.num_envs})")
+        return [int(i) for i in many]
 
     def env_method(self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any) -> List[Any]:
         out = []
