@@ -54,7 +54,7 @@ from fedsel_env.spec import SelectionSpec
 from fedsel_env.sim.training import ParamLayout
 
 from .contexts import ContextEstimate
-from .validation import ReplyLimits, check_evaluate_reply, check_train_reply
+from .validation import ReplyLimits, capped_weights, check_evaluate_reply, check_train_reply
 from .task import (CONFIG_KEY, EPOCHS_KEY, EVALUATE_TEST_KEY, GENERATOR_ROUND_KEY, NUM_EXAMPLES_KEY,
                    PARTITION_KEY, PROX_MU_KEY, TRAIN_SEED_KEY, UPDATE_KEY, config_to_json,
                    fedsel_config, flat_of, state_dict_of)
@@ -83,7 +83,8 @@ class FedSelectStrategy(FedAvg):
     :param fraction_evaluate: share of SuperNodes asked to evaluate each round (FedAvg's; 0 = none).
     :param timeout: seconds to wait for the N SuperNodes to connect and for the profiling round's replies.
     :param limits: what a client's reply may claim (:class:`fedsel_flower.validation.ReplyLimits`: the most
-        examples a client may register, the update-norm bound). A reply that fails the checks is a failed
+        examples a client may register, the update-norm bound, the largest share of a round's aggregation
+        weight one client's ``num_examples`` buys: 1/2 by default). A reply that fails the checks is a failed
         client of its round (``history[t]["rejected"]``, the ``rejected`` metric, not a responder in the
         observation's records); in the profiling round it stops the start, naming the node.
     :param kwargs: other arguments of ``flwr.serverapp.strategy.FedAvg`` (``min_evaluate_nodes``, ...).
@@ -129,7 +130,8 @@ class FedSelectStrategy(FedAvg):
         self.agent_seed = agent_seed
         self.train_seed, self.pca_seed = int(train_seed), int(pca_seed)
         self.timeout = float(timeout)
-        self.aggregator: Aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"])
+        self.aggregator: Aggregator = make_aggregator(cfg["aggregator"], cfg["aggregator_params"],
+                                                       cfg["clients_per_round"])
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(n, self.k)
         self.pca_components = SelectionSpec.pca_width(cfg)
         # a saved model that cannot act here (a per-client model's d) is refused before the SuperNodes are
@@ -369,7 +371,9 @@ class FedSelectStrategy(FedAvg):
         full_gradient = self.aggregator.client_update == "full_gradient"
         updates = ClientUpdates(global_params=w_t, local_params=None if full_gradient else st["flats"],
                                 gradients=st["flats"] if full_gradient else None,
-                                num_samples=torch.as_tensor(st["n_k"], dtype=torch.float32),
+                                # n_k as the aggregation weights, no client above max_weight_share of the round
+                                num_samples=torch.as_tensor(capped_weights(st["n_k"], self.limits.max_weight_share),
+                                                            dtype=torch.float32),
                                 losses_before=torch.as_tensor(st["loss"], dtype=torch.float32),
                                 client_ids=st["clients"], lr=float(self.config["lr"]), round=server_round - 1)
         w_next = checked_aggregate(self.aggregator, updates)

@@ -39,11 +39,15 @@ class ReplyLimits:
     :param max_update_ratio: a reply is refused when ‖update‖ > ratio · max(‖w_t‖, 1), with update
         w_k − w_t (or the gradient, for gradient backends); ``None``: no relative bound.
     :param max_update_norm: the same with an absolute bound on ‖update‖; ``None``: none.
+    :param max_weight_share: the largest share of a round's aggregation weight any one client's
+        ``num_examples`` buys (:func:`capped_weights`); default 1/2, so no client outweighs all the others
+        of its round together; ``None``: no cap (FedAvg's p_k = n_k / Σ n exactly).
     """
 
     max_num_examples: int = 10_000_000
     max_update_ratio: Optional[float] = 100.0
     max_update_norm: Optional[float] = None
+    max_weight_share: Optional[float] = 0.5
 
     def __post_init__(self) -> None:
         if isinstance(self.max_num_examples, bool) or not isinstance(self.max_num_examples, int) \
@@ -54,6 +58,9 @@ class ReplyLimits:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
                                   or not math.isfinite(v)):
                 raise ValueError(f"{name} = {short(v)} is invalid: expected a finite number > 0 or None")
+        v = self.max_weight_share
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1):
+            raise ValueError(f"max_weight_share = {short(v)} is invalid: expected a number in (0, 1] or None")
 
     def update_bound(self, w_t: torch.Tensor) -> float:
         """The largest ‖update‖ admitted around the global weights ``w_t``."""
@@ -63,6 +70,36 @@ class ReplyLimits:
         if self.max_update_norm is not None:
             bounds.append(float(self.max_update_norm))
         return min(bounds)
+
+
+def capped_weights(num_examples: np.ndarray, max_share: Optional[float]) -> np.ndarray:
+    """The aggregation weights of one round's responders: their ``num_examples`` n_k, unless one of them would
+    hold more than ``max_share`` of the total; then every such client is held at exactly that share and the
+    others keep their n_k (and their ratios), which is the smallest change that meets the cap (water-filling:
+    p_k = min(c, n_k / Z) with Z such that Σ p_k = 1). When K · c ≤ 1 no split can meet it and the weights
+    are uniform.
+
+    :param num_examples: n_k (K,), each ≥ 1.
+    :param max_share: c ∈ (0, 1], or ``None`` for no cap.
+    :return: weights (K,) float64 proportional to the capped shares (n_k itself when no share exceeds c).
+    """
+    n = np.asarray(num_examples, dtype=np.float64)
+    if max_share is None or n.size == 0 or n.max() <= max_share * n.sum():
+        return n
+    k, c = n.size, float(max_share)
+    if k * c <= 1.0:
+        return np.full(k, n.min())
+    capped = np.zeros(k, dtype=bool)
+    while True:  # at most K passes: each one caps at least one more client, or stops
+        free = n[~capped].sum()
+        share = n / free * (1.0 - c * capped.sum())  # the free clients' shares, the capped ones' mass set aside
+        over = ~capped & (share > c)
+        if not over.any():
+            break
+        capped |= over
+    out = n.copy()
+    out[capped] = c / (1.0 - c * capped.sum()) * n[~capped].sum()  # share c exactly; the others keep n_k
+    return out
 
 
 def _number(m: Mapping[str, Any], key: str) -> Optional[float]:
