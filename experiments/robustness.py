@@ -191,13 +191,14 @@ def tables(results: Dict[str, Dict[str, List[Dict[str, float]]]], series: List[s
     return "\n".join(out)
 
 
-def splice(doc: Path, fragment: str) -> None:
+def splice(doc: Path, fragment: str, begin: str = MARK_BEGIN, end: str = MARK_END) -> None:
+    """Put ``fragment`` between the ``begin`` and ``end`` markers of ``doc`` (the other tables' markers differ)."""
     text = doc.read_text()
-    if MARK_BEGIN not in text or MARK_END not in text:
-        raise ValueError(f"{doc} has no {MARK_BEGIN} … {MARK_END} markers")
-    head, rest = text.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    atomic_write_text(doc, head + MARK_BEGIN + "\n" + fragment + MARK_END + tail)
+    if begin not in text or end not in text:
+        raise ValueError(f"{doc} has no {begin} … {end} markers")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write_text(doc, head + begin + "\n" + fragment + end + tail)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:
