@@ -458,6 +458,11 @@ def test_fedprox_aggregates_as_fedavg_and_asks_for_the_proximal_term():
     ("norm_clipping", {"max_norm": -1.0}, "max_norm"),
     ("norm_clipping", {"max_norm": float("inf")}, "max_norm"),
     ("norm_clipping", {"weighting": "equal"}, "weighting"),
+    # an integer beyond float's range is refused by name, not an OverflowError (issue #44)
+    ("qfedavg", {"q": 10**400}, "q"),
+    ("fedmgda+", {"epsilon": -10**400}, "epsilon"),
+    ("trimmed_mean", {"beta": 10**400}, "beta"),
+    ("norm_clipping", {"max_norm": 10**400}, "max_norm"),
 ])
 def test_bad_params_raise_value_error(name, params, field):
     with pytest.raises(ValueError, match=re.escape(name) + f".*'{field}'"):

@@ -27,6 +27,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from fedsel_env.sim.limits import short
+
 from .base import Aggregator, ClientUpdates
 from .registry import AGGREGATORS
 
@@ -58,7 +60,7 @@ def _count(value: object, name: str, low: int, none_ok: bool) -> Optional[int]:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < low:
         extra = " or null (the largest f each round's K allows, ⌊(K − 3)/2⌋)" if none_ok else ""
-        raise ValueError(f"krum parameter {name!r} = {value!r}; allowed: an integer ≥ {low}{extra}")
+        raise ValueError(f"krum parameter {name!r} = {short(value)}; allowed: an integer ≥ {low}{extra}")
     return int(value)
 
 
@@ -89,11 +91,11 @@ class Krum(Aggregator):
         :raises ValueError: naming the parameter and the largest value K allows.
         """
         if self.f is not None and k < 2 * self.f + 3:
-            raise ValueError(f"krum parameter 'f' = {self.f} is too large for clients_per_round = {k}: Krum needs "
-                             f"K ≥ 2f + 3, so f ≤ {largest_f(k)} here (or raise clients_per_round to "
-                             f"{2 * self.f + 3}; f = null takes the largest f each round allows)")
+            raise ValueError(f"krum parameter 'f' = {short(self.f)} is too large for clients_per_round = {k}: Krum "
+                             f"needs K ≥ 2f + 3, so f ≤ {largest_f(k)} here (or raise clients_per_round; f = null "
+                             f"takes the largest f each round allows)")
         if self.m > k:
-            raise ValueError(f"krum parameter 'm' = {self.m} is larger than clients_per_round = {k}: "
+            raise ValueError(f"krum parameter 'm' = {short(self.m)} is larger than clients_per_round = {k}: "
                              f"Multi-Krum averages m of the K responders, so m ≤ {k}")
 
     def aggregate(self, updates: ClientUpdates) -> torch.Tensor:

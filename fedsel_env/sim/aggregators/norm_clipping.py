@@ -22,8 +22,11 @@ from typing import Optional
 
 import torch
 
+from fedsel_env.sim.limits import short
+
 from .base import Aggregator, ClientUpdates
 from .median import coordinate_median
+from .qfedavg import as_real
 from .registry import AGGREGATORS
 
 
@@ -38,14 +41,14 @@ class NormClipping(Aggregator):
     name = "norm_clipping"
 
     def __init__(self, max_norm: Optional[float] = None, weighting: str = "num_samples") -> None:
-        if max_norm is not None and (isinstance(max_norm, bool) or not isinstance(max_norm, (int, float))
-                                     or not math.isfinite(float(max_norm)) or not float(max_norm) > 0):
-            raise ValueError(f"norm_clipping parameter 'max_norm' = {max_norm!r}; allowed: a finite number > 0, or "
-                             f"null (the median of each round's update norms)")
+        m = None if max_norm is None else as_real(max_norm)
+        if max_norm is not None and (m is None or not math.isfinite(m) or not m > 0):
+            raise ValueError(f"norm_clipping parameter 'max_norm' = {short(max_norm)}; allowed: a finite number > 0, "
+                             f"or null (the median of each round's update norms)")
         if weighting not in ("num_samples", "uniform"):
-            raise ValueError(f"norm_clipping parameter 'weighting' = {weighting!r}; allowed: 'num_samples', "
+            raise ValueError(f"norm_clipping parameter 'weighting' = {short(weighting)}; allowed: 'num_samples', "
                              f"'uniform'")
-        self.max_norm = None if max_norm is None else float(max_norm)
+        self.max_norm = m
         self.weighting = weighting
         self.last_bound: Optional[float] = None  # M of the last round
 

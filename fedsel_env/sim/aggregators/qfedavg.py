@@ -30,6 +30,8 @@ from typing import Optional
 
 import torch
 
+from fedsel_env.sim.limits import short
+
 from .base import Aggregator, ClientUpdates
 from .registry import AGGREGATORS
 
@@ -46,12 +48,21 @@ def check_real(aggregator: str, param: str, value: object, *, low: float, low_op
     bracket = "(" if low_open else "["
     allowed = f"a finite real number in {bracket}{low}, {high}]" if math.isfinite(high) else \
         f"a finite real number {'>' if low_open else '≥'} {low}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{aggregator} parameter {param!r} = {value!r}; allowed: {allowed}")
-    v = float(value)
-    if not math.isfinite(v) or v < low or (low_open and v == low) or v > high:
-        raise ValueError(f"{aggregator} parameter {param!r} = {value!r}; allowed: {allowed}")
+    v = as_real(value)
+    if v is None or not math.isfinite(v) or v < low or (low_open and v == low) or v > high:
+        raise ValueError(f"{aggregator} parameter {param!r} = {short(value)}; allowed: {allowed}")
     return v
+
+
+def as_real(value: object) -> Optional[float]:
+    """``value`` as a float when it is a real number (not a bool); ``inf`` for an integer beyond float's range
+    (10**400 has no float, and ``float()`` would raise ``OverflowError``); ``None`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def q_fair_step(global_params: torch.Tensor, directions: torch.Tensor, losses: torch.Tensor,

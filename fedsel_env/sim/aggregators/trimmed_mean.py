@@ -19,7 +19,10 @@ import math
 
 import torch
 
+from fedsel_env.sim.limits import short
+
 from .base import Aggregator, ClientUpdates
+from .qfedavg import as_real
 from .registry import AGGREGATORS
 
 
@@ -38,11 +41,11 @@ class TrimmedMean(Aggregator):
     name = "trimmed_mean"
 
     def __init__(self, beta: float = 0.2) -> None:
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(float(beta)) \
-                or not 0.0 <= float(beta) < 0.5:
-            raise ValueError(f"trimmed_mean parameter 'beta' = {beta!r}; allowed: a number in [0, 0.5) "
+        b = as_real(beta)
+        if b is None or not 0.0 <= b < 0.5:
+            raise ValueError(f"trimmed_mean parameter 'beta' = {short(beta)}; allowed: a number in [0, 0.5) "
                              f"(the fraction of the responders removed at each end of every coordinate)")
-        self.beta = float(beta)
+        self.beta = b
 
     def aggregate(self, updates: ClientUpdates) -> torch.Tensor:
         values = updates.local_params
