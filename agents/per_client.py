@@ -114,14 +114,21 @@ class PerClientAgent(SelectionAgent):
         standardised over the available clients (so no member's scale dominates).
     :param model: an already-loaded per-client SB3 model (instead of ``model_path``).
     :param device: torch device for the network.
+    :param sample: a Plackett-Luce model (``pl_ppo``, ``pl_a2c``) draws its set from the policy it was trained as
+        (Gumbel-top-K of its logits among the available clients, from this agent's seeded generator) instead of
+        taking the K largest logits: the stochastic policy PPO optimised, not its mode (docs/TRAINING.md says
+        why the two can differ). Refused for other models (their scores are no log-weights).
     """
 
     name = "per_client"
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None,
                  model_path: Union[str, Path, Sequence[Union[str, Path]], None] = None,
-                 model: Any = None, device: str = "cpu") -> None:
+                 model: Any = None, device: str = "cpu", sample: bool = False) -> None:
         super().__init__(spec, seed=seed)
+        if not isinstance(sample, (bool, np.bool_)):
+            raise ValueError(f"per_client agent: sample = {sample!r}: expected true or false")
+        self.sample = bool(sample)
         if (model_path is None) == (model is None):
             raise ValueError("per_client agent: give exactly one of model_path= (a saved model .zip, or a list "
                              "of them for an ensemble) or model=")
@@ -183,6 +190,14 @@ class PerClientAgent(SelectionAgent):
         """The K available clients with the highest scores, best first (ties: lower index first)."""
         avail = self.available(obs)
         s = self.scores(obs)[avail]
+        if self.sample:
+            from .plackett_luce import PlackettLucePolicy
+
+            models = [m.model for m in self.members] if self.members else [self.model]
+            if not all(isinstance(getattr(m, "policy", None), PlackettLucePolicy) for m in models):
+                raise ValueError("per_client agent: sample=true draws from a Plackett-Luce policy's logits; this "
+                                 "model is not one (train_agent.py --algo pl_ppo or pl_a2c): leave sample out")
+            s = s + self.rng.gumbel(size=s.shape)  # Gumbel-top-K: a draw of Plackett-Luce's top-K set
         return avail[np.argsort(-s, kind="stable")[: self.k]]
 
 

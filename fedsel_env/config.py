@@ -218,7 +218,8 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
     elif env.startswith("fedsel/Bench-"):  # a FedSelect-Bench scenario (fedsel_env/bench.py)
         from .bench import scenario
 
-        return "default", scenario(env).env_config()
+        sc = scenario(env)  # the id's own config: the scenario's, with its objective as the reward (issue #41)
+        return "default", {**sc.env_config(), **sc.reward_config()}
     elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
         overrides = load_config(env)  # ValueError when missing
     else:

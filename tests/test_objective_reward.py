@@ -132,3 +132,10 @@ def test_bad_objective_is_named(params):
         make_reward("objective", params)
     with pytest.raises(ValueError, match="objective"):
         FedSelectEnv(config={"preset": "tiny", "reward": "objective", "reward_params": params})
+
+
+def test_train_agent_and_evaluate_read_a_bench_id_with_its_objective_reward():
+    from fedsel_env.config import resolve_env
+
+    preset, overrides = resolve_env("fedsel/Bench-Stragglers-v0")
+    assert overrides["reward"] == "objective" and overrides["reward_params"] == {"objective": "time_to_target"}

@@ -178,3 +178,30 @@ def test_trains_saves_and_deploys_at_another_n(tmp_path, algo):
         assert record["metrics"]["rounds"] >= 1
         assert all(len(s) <= env.k for s in record["curves"]["selected"])
         env.close()
+
+
+def test_sampled_deployment_draws_sets_and_is_refused_for_other_models(tmp_path):
+    import train_agent
+    from agents.per_client import PerClientAgent
+
+    run = train_agent.main(["--algo", "pl_ppo", "--env", "fedsel/FedSelect-Tiny-v0", "--n-timesteps", "64",
+                            "--runs-dir", str(tmp_path), "--name", "r", "--no-progress-bar", "--seed", "0",
+                            "--eval-freq", "1000000"])
+    env = FedSelectEnv(config={"preset": "tiny", "observation": "dict", "action_mode": "topk", "pca_components": 3})
+    obs, _ = env.reset(seed=2)
+    det = PerClientAgent(env.selection_spec, seed=0, model_path=str(run / "model.zip"))
+    picks = {tuple(sorted(PerClientAgent(env.selection_spec, seed=s, model_path=str(run / "model.zip"),
+                                         sample=True).select(obs))) for s in range(12)}
+    assert len(picks) > 1  # a distribution over sets, seeded by the agent's seed
+    again = PerClientAgent(env.selection_spec, seed=3, model_path=str(run / "model.zip"), sample=True)
+    same = PerClientAgent(env.selection_spec, seed=3, model_path=str(run / "model.zip"), sample=True)
+    assert list(again.select(obs)) == list(same.select(obs))
+    assert len(det.select(obs)) == env.k
+    with pytest.raises(ValueError, match="sample"):
+        PerClientAgent(env.selection_spec, model_path=str(run / "model.zip"), sample="yes")
+    ppo = train_agent.main(["--algo", "pc_ppo", "--env", "fedsel/FedSelect-Tiny-v0", "--n-timesteps", "64",
+                            "--runs-dir", str(tmp_path), "--name", "p", "--no-progress-bar", "--seed", "0",
+                            "--eval-freq", "1000000"])
+    with pytest.raises(ValueError, match="Plackett-Luce"):
+        PerClientAgent(env.selection_spec, model_path=str(ppo / "model.zip"), sample=True).select(obs)
+    env.close()
