@@ -226,7 +226,9 @@ def load_model(cls: Any, path: Union[str, Path], what: str = "model", fix: Optio
     if not (trusted() if trust is None else trust):  # the caller's own custom_objects win
         given = kwargs.get("custom_objects") or {}
         kwargs["custom_objects"] = {**safe_data_objects(p, what, skip=given), **given}
-        check_sizes(kwargs["custom_objects"], f"{what} {str(p)!r}")
+        plain = {k: v for k, v in read_zip_data(p, what).items()  # entries SB3 keeps as plain JSON (policy_kwargs)
+                 if not (isinstance(v, dict) and ":serialized:" in v)}
+        check_sizes({**plain, **kwargs["custom_objects"]}, f"{what} {str(p)!r}")
     try:
         model = cls.load(p, **kwargs)
     except Exception as e:  # noqa: BLE001 - torch, zipfile, json, pickle, SB3: all mean "not loadable"

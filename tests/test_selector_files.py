@@ -234,3 +234,17 @@ def test_a_zip_data_entry_too_deep_or_not_an_object_is_refused(tmp_path):
             z.writestr("data", data)
         with pytest.raises(ValueError, match=rf"{name}\.zip'"):
             detect_algorithm(path)
+
+
+def test_the_file_fuzz_small_version_gives_only_value_errors_under_a_1_gib_cap(tmp_path):
+    """The small version of ``bench/fuzz_selector_files.py`` (1,200 files there): 45 hostile files of the three
+    formats plus the three good ones (which must load), in one worker capped at 1 GiB over its imports."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fuzz_selector_files", ROOT / "bench" / "fuzz_selector_files.py")
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    report = fuzz.fuzz(45, seed=7, hang=20, root=tmp_path)
+    assert not report["failures"], report["failures"][:5]
+    assert sum(f["count"] for f in report["formats"].values()) == 45
+    assert report["cap_bytes"] - report["base_bytes"] == 1 << 30

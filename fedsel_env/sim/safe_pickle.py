@@ -208,6 +208,16 @@ class RestrictedUnpickler(pickle._Unpickler):  # type: ignore[name-defined]
         self._admitted.add(id(found))
         return found
 
+    def load(self) -> Any:
+        """``pickle.load``; a damaged stream is an ``UnpicklingError`` (Python's unpickler would raise
+        ``struct.error``, ``IndexError`` or ``KeyError`` where the C one says ``UnpicklingError``)."""
+        import struct
+
+        try:
+            return super().load()
+        except (struct.error, IndexError, KeyError) as e:
+            raise pickle.UnpicklingError(f"the pickle is damaged ({type(e).__name__}: {e})") from None
+
     def _checked(self, func: Any, args: tuple, kwargs: Optional[Dict[str, Any]] = None) -> None:
         import enum
 
