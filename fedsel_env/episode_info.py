@@ -13,6 +13,11 @@ an ndarray entry the first env's shape, and stores any other object as it is, pe
   A list rather than a tuple: ``x[info["selected"]]`` then indexes rows as an index array does
   (a tuple ``(3,)`` or ``()`` would be read by numpy as a multi-dimensional index: one element, or
   the whole array).
+
+A quantity that was not measured in a step is left out of that step's ``info``, not given as NaN
+(``improved_fraction`` when ``track_improvement`` is off or no update arrived), so two runs of the same seed
+and actions give equal ``info`` dicts (NaN != NaN: Gymnasium's ``check_env`` compares them), and Gymnasium's
+vector envs mark the missing entries in ``info["_improved_fraction"]``.
 """
 from __future__ import annotations
 
@@ -84,7 +89,6 @@ class EpisodeTally:
             "clock": report.clock,
             "profiling_time": self.profiling_time,
             "participation": view.participation.copy(),
-            "improved_fraction": report.improved_fraction,
             "updates_sent": self.updates_sent,
             "loss_queries": self.loss_queries,
             "diverged": self.diverged,
@@ -100,6 +104,8 @@ class EpisodeTally:
             "dropouts": self.dropouts,
             "late_arrivals": self.late,
         }
+        if np.isfinite(report.improved_fraction):  # measured: track_improvement on and at least one responder
+            info["improved_fraction"] = float(report.improved_fraction)
         info.update(metrics.client_accuracy_summary(acc))
         info.update(metrics.participation_summary(view.participation, self.steps))
         return info

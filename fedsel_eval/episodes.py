@@ -75,7 +75,7 @@ def episode_steps(env: Any, policy: Any, obs: Any, info: Mapping[str, Any],
         loss.append(float(info["loss"]))
         clock.append(float(info["clock"]))
         round_time.append(float(info["round_time"]))
-        improved.append(float(info["improved_fraction"]))
+        improved.append(float(info.get("improved_fraction", math.nan)))  # absent: not measured this round
         responders.append(int(len(info["responders"])))
         selected.append([int(c) for c in info["selected"]])
     rounds = len(round_time)

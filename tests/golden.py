@@ -157,7 +157,8 @@ def _trajectory(case: str, overrides: dict) -> Dict[str, np.ndarray]:
         out["reward"].append(r)
         out["flags"].append([term, trunc])
         for key in INFO_KEYS:
-            out[f"info_{key}"].append(np.asarray(info[key], dtype=np.float64).reshape(-1))
+            # improved_fraction is left out of info when not measured (recorded as NaN before issue #45)
+            out[f"info_{key}"].append(np.asarray(info.get(key, np.nan), dtype=np.float64).reshape(-1))
         if term or trunc:
             break
     env.close()

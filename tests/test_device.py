@@ -132,7 +132,8 @@ def _play(config, steps=4, seed=3):
         obs, r, term, trunc, info = env.step(_action(env, rng, obs))
         out[f"obs{t + 1}"], out[f"r{t + 1}"], out[f"flags{t + 1}"] = obs, r, (term, trunc)
         for key in ("accuracy", "loss", "client_accuracies", "improved_fraction", "responders"):
-            out[f"{key}{t + 1}"] = np.asarray(info[key], dtype=np.float64)
+            # improved_fraction is absent when not measured: NaN here
+            out[f"{key}{t + 1}"] = np.asarray(info.get(key, np.nan), dtype=np.float64)
         out["params"].append(env.federation.global_params.cpu().numpy().copy())
         if term or trunc:
             break

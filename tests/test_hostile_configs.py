@@ -175,8 +175,8 @@ def check_finite_and_in_space(env: FedSelectEnv, obs, info, reward=0.0) -> None:
         arr = np.asarray(value)
         if not np.issubdtype(arr.dtype, np.number):
             continue
-        if key == "improved_fraction":  # NaN is its documented "not measured" (track_improvement: false, no responder)
-            assert np.isnan(arr) or 0.0 <= float(arr) <= 1.0, f"info[{key!r}] = {value!r}"
+        if key == "improved_fraction":  # left out when not measured (track_improvement: false, no responder)
+            assert 0.0 <= float(arr) <= 1.0, f"info[{key!r}] = {value!r}"
             continue
         assert np.all(np.isfinite(arr)), f"info[{key!r}] = {value!r} is not finite"
 
