@@ -12,6 +12,11 @@ integer in [1, the size the client registered] (in the profiling round, in [1, `
 the arrays' names, shapes and floating dtypes those of the model, every value finite; and the update's
 norm ‖w_k − w_t‖ (or the gradient's) within :class:`ReplyLimits`' bound. :class:`FedSelectStrategy`
 counts a reply that fails as a failed client of that round (``fedsel_flower/strategy.py``).
+
+A reply that passes still weighs what it claims; :func:`capped_weights` holds any one client at
+``ReplyLimits.max_weight_share`` (1/2) of a round's aggregation weight (issue #44: a client that registered
+10^7 examples otherwise held ≈ all of FedAvg's weight). Robustness to a poisoned update within the bounds is the
+backend's (``aggregator: median``, ``trimmed_mean``, ``krum``, ``norm_clipping``; docs/AGGREGATORS.md).
 """
 from __future__ import annotations
 
