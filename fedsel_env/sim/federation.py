@@ -158,7 +158,7 @@ class RoundReport:
     loss_rms: np.ndarray                       # reported √(mean ℓ²)
     num_samples: np.ndarray                    # reported n_k
     exchange_times: np.ndarray                 # τ of the responders
-    round_time: float                          # seconds the round lasted
+    round_time: float                          # seconds the round lasted (s of that for a step of s < 1)
     clock: float                               # simulated seconds since the first round
     global_params: torch.Tensor = field(repr=False)  # the global model after the round (P,)
     diverged: bool = False
@@ -176,7 +176,8 @@ class Federation:
     :param model: the network; weights travel as flat tensors.
     :param pool: worker processes to share the training and evaluation with (``fedsel_env/sim/parallel.py``);
         ``None``: all of it in this process.
-    :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate.
+    :param server_step: s in (0, 1]: the new global model is w_t + s (aggregate − w_t); 1 = the aggregate; the
+        clock is charged s of the round's length (``SystemModel.finish_round``).
     :param aggregator: the aggregation backend of the config (``aggregator``, ``aggregator_params``), built once
         by the env; its ``reset`` starts each episode.
     :param device: the config's ``device``, resolved once by the env (``fedsel_env/sim/device.py``).
@@ -293,7 +294,7 @@ class Federation:
                 w_next = w_t + self.server_step * (w_next - w_t)
             diverged, improved = yield from self._apply_steps(w_next, responders, losses)
         round_time = self.system.finish_round(responders, round_time=arrived.round_time,
-                                              took_part=arrived.took_part)
+                                              took_part=arrived.took_part, share=self.server_step)
         report = RoundReport(round_index + 1, np.asarray(selected, dtype=np.int64), responders,
                              sent.local_models, np.asarray(sent.losses), np.asarray(sent.loss_rms),
                              self.num_samples[responders], arrived.exchange_times, round_time, self.system.clock,

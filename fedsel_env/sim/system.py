@@ -70,19 +70,23 @@ class SystemModel:
         return np.maximum(tau, 0.0)
 
     def finish_round(self, responders: np.ndarray, round_time: Optional[float] = None,
-                     took_part: Optional[np.ndarray] = None) -> float:
-        """Charge the round to the clock and record who took part; return the round time.
+                     took_part: Optional[np.ndarray] = None, share: float = 1.0) -> float:
+        """Charge the round to the clock and record who took part; return the time charged.
 
         :param responders: the clients whose updates arrived.
         :param round_time: the round's length when the server decided it (a deadline, straggler
             delays: ``fedsel_env/sim/adversary.py``); ``None``: the slowest responder's exchange time.
         :param took_part: the clients that trained this round (warm next round); ``None``: the responders.
+        :param share: the fraction of a communication round this exchange stands for (the ``one`` mode's
+            ``one_mode_step``, ``fedsel_env/actions.py``'s ``server_step``): the clock is charged that share of
+            its length, so K steps of 1/K cost about one deployed round, not K exchanges end to end (issue #45).
         """
         responders = np.asarray(responders, dtype=np.int64)
         if round_time is None:
             tau = self.exchange_times(responders)
             round_time = float(tau.max()) if tau.size else 0.0
-        self.clock += float(round_time)
+        round_time = float(share) * float(round_time)  # share 1: the same float, bit for bit
+        self.clock += round_time
         self.took_part_last = np.zeros(self.n, dtype=bool)
         self.took_part_last[responders if took_part is None else np.asarray(took_part, dtype=np.int64)] = True
         return float(round_time)
