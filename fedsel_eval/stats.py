@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -170,5 +170,21 @@ def t_band(curves: np.ndarray, confidence: float = CONFIDENCE,
     return mean, mean - half, mean + half
 
 
-__all__ = ["BOOTSTRAP_SEED", "CONFIDENCE", "RESAMPLES", "TO_TARGET", "Interval", "bootstrap_ci", "episode_value",
+__all__ = ["BOOTSTRAP_SEED", "holm", "CONFIDENCE", "RESAMPLES", "TO_TARGET", "Interval", "bootstrap_ci", "episode_value",
            "metric_ci", "paired_difference", "t_band", "to_target"]
+
+
+def holm(pvalues: Sequence[float]) -> List[float]:
+    """Holm's step-down adjusted p-values (Holm, "A Simple Sequentially Rejective Multiple Test Procedure",
+    Scand. J. Statistics 1979): sorted ascending, p_(i) × (m − i + 1), made monotone, capped at 1. A NaN p-value
+    (a comparison that could not be tested) stays NaN and does not count in m.
+
+    :param pvalues: the family's raw p-values, in any order; the result is in the same order.
+    """
+    p = [float(x) for x in pvalues]
+    finite = sorted((v, i) for i, v in enumerate(p) if math.isfinite(v))
+    m, out, running = len(finite), [math.nan] * len(p), 0.0
+    for rank, (v, i) in enumerate(finite):
+        running = max(running, min(1.0, (m - rank) * v))
+        out[i] = running
+    return out

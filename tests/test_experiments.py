@@ -208,3 +208,23 @@ def test_per_client_fresh_reports_the_trained_models_on_fresh_seeds(tmp_path):
     assert {r["policy"] for r in rec["rows"]} == {"random", "pow_d", "per_client"}
     assert all(r["training_seed"] == 0 for r in rec["rows"] if r["policy"] == "per_client")
     assert recompute.main(["--quiet", str(out / "record.json")]) == 0
+
+
+@pytest.mark.slow
+def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
+    """experiments/bench_rl.py (issue #41): train_agent.py on a Bench id, the models deployed two ways beside
+    random and the best heuristic, a record whose every summary recomputes, and the leaderboard's fields."""
+    from experiments import bench_rl
+
+    before = _docs_state()
+    bench_rl.main(["--smoke", "--out", str(tmp_path)])
+    rec = records.load(tmp_path / "record.json")
+    assert recompute.main(["--quiet", str(tmp_path / "record.json")]) == 0
+    board = rec["notes"]["leaderboard"]
+    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled"}
+    for e in board:
+        assert e["learned"] is True and e["trainer"] == "sb3" and e["scenario"] == "Churn"
+        assert len(e["delta_vs_best_heuristic_ci_across"]) == 2 and "p_holm" in e
+    assert len(rec["notes"]["holm_family"]) == 2 * len(board)
+    assert {r["training_seed"] for r in rec["rows"] if r["role"] == "learned"} == {0, 1}
+    assert _docs_state() == before

@@ -1,0 +1,238 @@
+"""Standard RL on FedSelect-Bench (issue #41): SB3-trained selectors on the scenario's own objective as the reward.
+
+Each design is trained by the front door, ``train_agent.py --algo <algo> --env fedsel/Bench-<Name>-v0`` (the id's
+default reward is the scenario's objective, so an episode's return is its score), on the batched vector env with a
+new federation every episode (training seeds disjoint from every bench seed), the scenario's own PCA width so the
+model deploys on it unchanged. Then every training seed's model plays the 30 reporting seeds beside random and the
+scenario's best heuristic (from the committed reference), deployed two ways: ``<design>`` — the K largest logits
+(``agents/deploy.py``'s ``per_client``), and ``<design>_sampled`` — the stochastic policy it was trained as
+(``per_client:...,sample=true``). The record (``experiments/results/bench_rl.json``) holds every episode; its
+leaderboard gives, per scenario and deployed design, the paired difference against random and the best heuristic
+with the 95% CI across training seeds (the method's CI, ``paired_t_across``) as the headline, the conditional CI
+beside it, and a Holm correction over every comparison in the record.
+
+    .venv/bin/python experiments/bench_rl.py --part train --scenarios Stragglers
+    .venv/bin/python experiments/bench_rl.py --part eval --scenarios Stragglers
+    .venv/bin/python experiments/bench_rl.py --part report
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, normalised_score, scenario  # noqa: E402
+from fedsel_eval import records  # noqa: E402
+from fedsel_eval.bench import reference_rows, run_scenario, splice_doc  # noqa: E402
+from fedsel_eval.stats import holm  # noqa: E402
+
+RESULT = ROOT / "experiments" / "results" / "bench_rl.json"
+TRAIN_SEEDS = (0, 1, 2)
+N_ENVS = 16
+#: design → its --algo, its hyper-parameter overrides (chosen on tuning seeds: docs/TRAINING.md) and its env steps
+#: (one step = one round) per scenario, fixed before any reporting episode was played
+DESIGNS: Dict[str, Dict[str, Any]] = {
+    "pl_ppo": {"algo": "pl_ppo", "hyperparams": ["learning_rate:0.001", "gamma:0.9", "n_steps:32", "n_epochs:8"],
+               "steps": {"Stragglers": 16384}},
+}
+#: --smoke: Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
+SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
+         "seeds": [9000, 9001]}
+
+
+def run_folder(out: Path, design: str, name: str, seed: int) -> Path:
+    return out / design / name / f"seed{seed}"
+
+
+def finished(folder: Path) -> bool:
+    import yaml
+
+    if not (folder / "summary.yaml").is_file():
+        return False
+    want = yaml.safe_load((folder / "args.yaml").read_text())["n_timesteps"]
+    return int(yaml.safe_load((folder / "summary.yaml").read_text())["num_timesteps"]) >= int(want)
+
+
+def part_train(args: argparse.Namespace) -> None:
+    from fedsel_env.config import DEFAULT_CONFIG
+    from fedsel_env.spec import SelectionSpec
+
+    for design in args.designs:
+        d = DESIGNS[design]
+        for name in [n for n in args.scenarios if n in d["steps"] or args.smoke]:
+            sc = scenario(name)
+            for seed in args.train_seeds:
+                folder = run_folder(args.out, design, name, seed)
+                if finished(folder):
+                    continue
+                cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", d["algo"], "--env", sc.env_id,
+                       "--n-envs", str(args.n_envs), "--vec-env", "batched", "-n", str(args.steps or d["steps"][name]),
+                       "--seed", str(seed), "--runs-dir", str(folder.parent), "--name", folder.name,
+                       "--no-progress-bar", "--eval-freq", "0", "--hyperparams", *d["hyperparams"], "--env-kwargs",
+                       f"pca_components={SelectionSpec.pca_width({**DEFAULT_CONFIG, **sc.env_config()})}",
+                       "federation_seed=null", *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]]
+                if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
+                    cmd = cmd[:2] + ["--runs-dir", str(folder.parent), "--name", folder.name, "--resume"]
+                print(" ".join(cmd[1:]), flush=True)
+                subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def best_heuristic(name: str, ref: Sequence[Dict[str, Any]]) -> str:
+    """The hand-written agent with the best mean objective in the committed reference (random and the oracle
+    excluded)."""
+    import numpy as np
+
+    sc = scenario(name)
+    means: Dict[str, List[float]] = {}
+    for r in ref:
+        if r["scenario"] == name and r["policy"] not in ("random", "lookahead"):
+            means.setdefault(r["policy"], []).append(float(r["value"]))
+    pick = min if sc.lower_is_better else max
+    return pick(sorted(means), key=lambda p: float(np.mean(means[p])))
+
+
+def policies(args: argparse.Namespace, name: str) -> List[str]:
+    out = []
+    for design, d in DESIGNS.items():
+        runs = [run_folder(args.out, design, name, t) for t in args.train_seeds]
+        if (name in d["steps"] or args.smoke) and all(finished(f) for f in runs):
+            for t, f in zip(args.train_seeds, runs):
+                out += [f"{design}_s{t}={f}", f"{design}_sampled_s{t}=per_client:model_path={f / 'model.zip'},sample=true"]
+    return out
+
+
+def part_eval(args: argparse.Namespace) -> None:
+    ref = reference_rows()
+    for name in args.scenarios:
+        models = policies(args, name)
+        if models:
+            cfg = {**scenario(name).env_config(), **args.overrides}
+            run_scenario(args.out / "eval" / name, scenario(name), ["random", best_heuristic(name, ref), *models],
+                         args.seeds, cfg, log=lambda line: print(line, flush=True))
+
+
+def build_record(args: argparse.Namespace) -> records.Record:
+    import numpy as np
+
+    ref = reference_rows()
+    rec = records.Record("bench_rl", config={"designs": DESIGNS, "train_seeds": list(args.train_seeds),
+                                             "reporting_seeds": list(args.seeds), "n_envs": N_ENVS})
+    chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
+                      note="episodes played by --part eval (runs/bench_rl/eval/), gathered here")
+    entries = []
+    for name in args.scenarios:
+        path = args.out / "eval" / name / "episodes.jsonl"
+        if not path.is_file():
+            continue
+        sc, best = scenario(name), best_heuristic(name, ref)
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
+        oracle = float(np.mean([r["value"] for r in ref if r["scenario"] == name and r["policy"] == "lookahead"]))
+        for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            design, _, t = pol.rpartition("_s") if pol not in ("random", best) else (None, "", "")
+            rec.add_row(chunk, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
+                        role="learned" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
+                        objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
+                        reached=r["reached"], sim_time=r["sim_time"], final_accuracy=r["final_accuracy"],
+                        config_sha=r["config_sha"])
+        ep = {"scenario": name}
+        mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value", where={**ep, "policy": p})
+                for p in ("random", best)}
+        for design in sorted({p.rpartition("_s")[0] for p, _ in rows if p not in ("random", best)}):
+            m = rec.summarise(f"{name}: {design} mean {sc.objective}", "mean", "value", where={**ep, "policy": design})
+            e = {"scenario": name, "policy": design, "design": design, "learned": True, "trainer": "sb3",
+                 "objective": sc.objective, "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": m,
+                 "normalised": normalised_score(mean["random"], oracle, m),
+                 "best_heuristic_normalised": normalised_score(mean["random"], oracle, mean[best])}
+            for other, tag in (("random", "random"), (best, "best_heuristic")):
+                cond = rec.summarise(f"{name}: {design} − {tag} ({other}), paired by seed", "paired_t", "value",
+                                     where={**ep, "policy": design}, minus={**ep, "policy": other})
+                across = rec.summarise(f"{name}: {design} − {tag} ({other}), across training seeds", "paired_t_across",
+                                       "value", where={**ep, "policy": design}, minus={**ep, "policy": other})
+                per_seed = across["per_training_seed"]
+                e[f"delta_vs_{tag}"] = across["mean"]
+                e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
+                e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
+                e[f"p_vs_{tag}"] = _t_p(per_seed)
+            entries.append(e)
+    # Holm over every comparison in the record (each design x scenario, against random and the best heuristic)
+    family = [(i, tag) for i in range(len(entries)) for tag in ("random", "best_heuristic")]
+    adjusted = holm([entries[i][f"p_vs_{tag}"] for i, tag in family])
+    for (i, tag), p in zip(family, adjusted):
+        entries[i]["p_holm" if tag == "best_heuristic" else "p_holm_vs_random"] = p
+    for e in entries:
+        lo, hi = e["delta_vs_best_heuristic_ci_across"]
+        e["beats_best_heuristic"] = bool(e["p_holm"] < 0.05 and ((hi is not None and hi < 0) if e["lower_is_better"]
+                                                                 else (lo is not None and lo > 0)))
+    rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
+                                for e in entries]
+    rec.notes["holm_family"] = [f"{entries[i]['scenario']}: {entries[i]['policy']} vs {tag}" for i, tag in family]
+    return rec
+
+
+def _t_p(per_seed: Sequence[float]) -> float:
+    """Two-sided one-sample t-test p-value of the per-training-seed mean differences (NaN below two seeds)."""
+    from scipy import stats
+
+    x = [v for v in per_seed if v is not None and math.isfinite(v)]
+    return float(stats.ttest_1samp(x, 0.0).pvalue) if len(x) >= 2 and len(set(x)) > 1 else math.nan
+
+
+def table(rec: records.Record) -> str:
+    def ci(v: Sequence[Optional[float]]) -> str:
+        return "—" if None in v else f"[{v[0]:+.1f}, {v[1]:+.1f}]"
+
+    def num(x: Optional[float], spec: str) -> str:
+        return "—" if x is None else format(x, spec)
+
+    lines = ["| scenario | design | mean | Δ vs random, across seeds (conditional) | Δ vs best heuristic, across seeds "
+             "(conditional) | p_holm | normalised (best heuristic's) |", "|---|---|---:|---|---|---:|---:|"]
+    for e in rec.notes["leaderboard"]:
+        lines.append(f"| {e['scenario']} | `{e['policy']}` | {num(e['mean'], '.1f')} | "
+                     f"{num(e['delta_vs_random'], '+.1f')} {ci(e['delta_vs_random_ci_across'])} "
+                     f"({ci(e['delta_vs_random_ci'])}) | {num(e['delta_vs_best_heuristic'], '+.1f')} "
+                     f"{ci(e['delta_vs_best_heuristic_ci_across'])} ({ci(e['delta_vs_best_heuristic_ci'])}) vs "
+                     f"`{e['best_heuristic']}` | {num(e.get('p_holm'), '.3g')} | {num(e['normalised'], '+.2f')} "
+                     f"({num(e['best_heuristic_normalised'], '+.2f')}) |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--part", choices=("train", "eval", "report", "all"), default="all")
+    p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with a budget)")
+    p.add_argument("--designs", default=",".join(DESIGNS))
+    p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
+    p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_rl")
+    p.add_argument("--no-publish", action="store_true", help="write the record to --out only")
+    p.add_argument("--smoke", action="store_true", help="tiny: " + json.dumps(SMOKE) + "; publishes nothing")
+    args = p.parse_args(argv)
+    args.designs = [d for d in args.designs.split(",") if d]
+    args.scenarios = [scenario(s).name for s in args.scenarios.split(",")] if args.scenarios else \
+        sorted({n for d in DESIGNS.values() for n in d["steps"]})
+    args.seeds, args.overrides, args.steps, args.n_envs = list(REPORTING_SEEDS), {}, None, N_ENVS
+    if args.smoke:
+        args.scenarios, args.overrides, args.steps = [SMOKE["scenario"]], SMOKE["overrides"], SMOKE["steps"]
+        args.n_envs, args.train_seeds, args.seeds, args.no_publish = SMOKE["n_envs"], SMOKE["train_seeds"], \
+            SMOKE["seeds"], True
+    if args.part in ("train", "all"):
+        part_train(args)
+    if args.part in ("eval", "all"):
+        part_eval(args)
+    if args.part in ("report", "all"):
+        rec = build_record(args)
+        rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_rl.py", *(argv or sys.argv[1:])])})
+        if rec.notes["leaderboard"] and not args.no_publish:
+            rec.write(RESULT)
+            splice_doc(ROOT / "docs" / "BENCHMARK.md", "rl", table(rec))
+        print(table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
+
+
+if __name__ == "__main__":
+    main()
