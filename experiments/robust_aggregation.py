@@ -1,6 +1,6 @@
 """Robust aggregation table (issue #44): every aggregation backend × attack × attacker fraction, honest accuracy.
 
-    python experiments/robust_aggregation.py --publish     # the run of docs/ROBUSTNESS.md (~2 min, one core)
+    python experiments/robust_aggregation.py --publish     # the run of docs/ROBUSTNESS.md (~1 min, one core)
     python experiments/robust_aggregation.py --smoke       # seconds: 3 rounds, 2 backends, 1 fraction
 
 The federation is the ``tiny`` preset — scikit-learn's digits, 8 clients of 40 samples (σ = 0.8), logistic
@@ -51,7 +51,7 @@ ATTACKS: Dict[str, Any] = {
     "free riders": lambda f: ({"attacker_fraction": f, "free_rider": True}, {}),
     "label noise": lambda f: ({}, {"noisy_clients": f, "label_noise": "shift"}),
 }
-SLACK = 0.05  # issue #44's done-when: honest accuracy within 0.05 of the attack-free run, on every seed
+SLACK = 0.05  # issue #44's done-when: honest accuracy at most 0.05 below the attack-free run, on every seed
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -183,7 +183,7 @@ def tables(numbers: Mapping[str, Any], plan: Mapping[str, Dict[str, Any]], backe
 def per_seed_table(numbers: Mapping[str, Any], name: str, backends: Sequence[str], seeds: Sequence[int]) -> str:
     """The done-when of issue #44: per seed, the attack-free and attacked honest accuracy of each backend."""
     cols = [f"seed {s}: none → attacked (Δ)" for s in seeds]
-    out = ["| backend | " + " | ".join(cols) + f" | within {SLACK} on every seed |",
+    out = ["| backend | " + " | ".join(cols) + f" | loses ≤ {SLACK} on every seed |",
            "|---|" + "|".join(["---:"] * len(cols)) + "|:---:|"]
     for b in backends:
         cells, ok = [], True
@@ -234,7 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     fragment += (f"\n*Measured by `.venv/bin/python experiments/robust_aggregation.py {argv_text}`: {count} "
                  f"episodes (policy `random`, env `{ENV}`, seeds {' '.join(map(str, args.seeds))}), whose own wall "
                  f"times sum to {episode_seconds / 60:.1f} min; this invocation took {wall / 60:.1f} min on one "
-                 f"core of the shared 2-core machine (load average {os.getloadavg()[0]:.1f} at the end).*\n")
+                 f"core of the shared 2-core machine (load average {os.getloadavg()[0]:.1f} at the end; a re-run resumes "
+                 f"the finished episodes).*\n")
     (out / "table.md").write_text(fragment)
     (out / "results.json").write_text(json.dumps(
         {"scenarios": plan, "backends": labels, "rounds": args.rounds, "seeds": args.seeds, "wall_time_s": wall,
