@@ -5,6 +5,7 @@ every scenario, on reporting seeds fixed in code; the headroom and normalised sc
     python experiments/bench_reference.py --max-minutes 30                # the reference, in resumable chunks
     python experiments/bench_reference.py --max-minutes 30 --seeds-count 5 --scenarios Churn,Large
     python experiments/bench_reference.py --smoke                         # seconds: 2 rounds, 2 seeds, 2 scenarios
+    python experiments/bench_reference.py --part figure                   # redraw docs/img/bench_reference.png
 
 **Calibrate** (``--part calibrate``): random plays each to-target scenario's whole round cap with an
 unreachable Ω on ``--tuning-count`` of the tuning seeds (``fedsel_env.bench.TUNING_SEEDS``); Ω is the 0.01-grid
@@ -23,6 +24,10 @@ and every headroom as summaries computed from the rows — ``python -m fedsel_ev
 script's own state (``experiments/results/bench_reference_progress.json``: the same rows with the bootstrap
 summaries, what a resume continues from), the figure (``docs/img/bench_reference.png``) and docs/BENCHMARK.md's table (between
 ``<!-- bench:reference begin/end -->``) are rewritten, stating how many seeds each scenario has.
+
+**Figure** (``--part figure``): the figure redrawn from the committed record's rows alone (each scenario's
+summary recomputed by ``fedsel_eval.bench.summarise``; nothing is played) — after a change to the drawing
+(issue #45: CI bars beyond the axis).
 """
 from __future__ import annotations
 
@@ -165,6 +170,28 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     splice_doc(DOC, "reference", table)
 
 
+def record_summaries(path: Path = RESULTS) -> List[Dict[str, Any]]:
+    """Each scenario's summary recomputed from the committed record's episode rows (``fedsel_eval.bench.summarise``),
+    in the record's scenario order."""
+    from fedsel_env.bench import scenario
+    from fedsel_eval.bench import ScenarioRun, reference_rows, summarise
+
+    rows = reference_rows(path)
+    names = list(dict.fromkeys(r["scenario"] for r in rows))
+    return [summarise(ScenarioRun(scenario(n), scenario(n).env_config(), [r for r in rows if r["scenario"] == n]))
+            for n in names]
+
+
+def figure(args: argparse.Namespace) -> None:
+    """``--part figure``: :data:`FIGURE` redrawn from the committed record (``--no-publish``: into ``--out``)."""
+    from fedsel_eval.bench import plot_leaderboard
+
+    target = Path(args.out) / "bench_reference.png" if args.no_publish else FIGURE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    plot_leaderboard(record_summaries(RESULTS), target)
+    print(f"figure: {target}")
+
+
 def to_record(doc: Mapping[str, Any]):
     """The reference as a ``fedsel_eval.records`` record (issue #34): the scenarios' configs and Ω calibration,
     one chunk per invocation id (with its commit and dirty flag), every episode row, and per scenario each
@@ -271,7 +298,7 @@ def _num(x: Any) -> float:
 
 def main(argv: Sequence[str] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("calibrate", "reference"), default="reference")
+    p.add_argument("--part", choices=("calibrate", "reference", "figure"), default="reference")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: all)")
     p.add_argument("--seeds-count", type=int, default=30, help="how many of the reporting seeds (default: all 30)")
     p.add_argument("--tuning-count", type=int, default=5, help="how many tuning seeds calibrate Ω (default: 5)")
@@ -289,6 +316,8 @@ def main(argv: Sequence[str] = None) -> None:
         res = calibrate(args)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "calibration.json").write_text(json.dumps({**provenance(), **res}, indent=1) + "\n")
+    elif args.part == "figure":
+        figure(args)
     else:
         reference(args)
 

@@ -422,36 +422,80 @@ def _seed_range(seeds: Sequence[int]) -> str:
     return f"{seeds[0]}–{seeds[-1]} ({len(seeds)})" if contiguous else ", ".join(map(str, seeds))
 
 
+#: the leaderboard figure's x range: a normalised score or CI end beyond ±PLOT_LIMIT is drawn at the edge
+PLOT_LIMIT = 3.0
+
+
+def ci_marks(est: float, lo: float, hi: float, limit: float = PLOT_LIMIT) -> Dict[str, Any]:
+    """What the leaderboard figure draws of one normalised score and its 95% CI on an axis of ±``limit``.
+
+    :return: ``bar``: (left, right), the CI cut at the edges (None when it lies wholly beyond one edge, or
+        there is no CI); ``cut_left`` / ``cut_right``: the CI goes on beyond that edge (an arrow there);
+        ``point``: the estimate, or the edge it lies beyond; ``off_axis``: the estimate lies beyond the edge
+        (drawn as a triangle at the edge, with its numbers written beside it). Before issue #45 the bar was
+        the CI's half-widths drawn around the point moved to the edge, so a CI of [−32.3, −6.7] was drawn
+        from −3 to +1.8.
+    """
+    has_ci = math.isfinite(lo) and math.isfinite(hi)
+    left, right = (max(lo, -limit), min(hi, limit)) if has_ci else (math.nan, math.nan)
+    bar = (float(left), float(right)) if has_ci and left < right else None
+    return {"bar": bar, "cut_left": bar is not None and lo < -limit, "cut_right": bar is not None and hi > limit,
+            "point": float(min(max(est, -limit), limit)), "off_axis": bool(abs(est) > limit)}
+
+
 def plot_leaderboard(summaries: Sequence[Mapping[str, Any]], path: Path) -> Path:
-    """One panel per scenario: each policy's normalised score with its 95% CI (0 = random, 1 = the oracle)."""
+    """One panel per scenario: each policy's normalised score with its 95% CI (0 = random, 1 = the oracle), on
+    an axis of ±:data:`PLOT_LIMIT`; what lies beyond it is drawn at the edge as :func:`ci_marks` says."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    lim, colour, beyond = PLOT_LIMIT, "C0", "C3"
     done = [s for s in summaries if s.get("policies")]
     cols = min(4, max(1, len(done)))
     rows = max(1, math.ceil(len(done) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.4 * rows), squeeze=False)
+    tallest = max([len(s["policies"]) for s in done] or [1])
+    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, (1.0 + 0.24 * tallest) * rows), squeeze=False)
     for ax, s in zip(axes.ravel(), done):
         names = sorted(s["policies"])
-        est = np.array([_nan(s["policies"][p]["normalised"]["mean"]) for p in names])
-        lo = np.array([_nan(s["policies"][p]["normalised"]["lo"]) for p in names])
-        hi = np.array([_nan(s["policies"][p]["normalised"]["hi"]) for p in names])
-        y = np.arange(len(names))
-        err = np.vstack([np.where(np.isfinite(lo), est - lo, 0), np.where(np.isfinite(hi), hi - est, 0)])
-        ax.errorbar(np.clip(est, -3, 3), y, xerr=np.clip(err, 0, 6), fmt="o", ms=4, capsize=2)
+        for y, name in enumerate(names):
+            iv = s["policies"][name]["normalised"]
+            est, lo, hi = _nan(iv["mean"]), _nan(iv["lo"]), _nan(iv["hi"])
+            if not math.isfinite(est):
+                continue
+            m = ci_marks(est, lo, hi, lim)
+            if m["bar"] is not None:
+                left, right = m["bar"]
+                ax.hlines(y, left, right, color=colour, lw=1.2)
+                for x, cut, arrow in ((left, m["cut_left"], "<"), (right, m["cut_right"], ">")):
+                    ax.plot([x], [y], marker=arrow if cut else "|", color=colour, ms=5 if cut else 6,
+                            clip_on=False, ls="none")
+            if m["off_axis"]:
+                side = 1 if est > 0 else -1
+                ax.plot([m["point"]], [y], marker=">" if side > 0 else "<", color=beyond, ms=6, clip_on=False,
+                        ls="none")
+                ci = f" [{lo:+.1f}, {hi:+.1f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+                # the numbers beside the edge, past the part of the bar that is drawn
+                inner = m["point"] if m["bar"] is None else (m["bar"][1] if side < 0 else m["bar"][0])
+                ax.text(inner - side * 0.12, y, f"{est:+.1f}{ci}", ha="right" if side > 0 else "left",
+                        va="center", fontsize=6, color=beyond)
+            else:
+                ax.plot([m["point"]], [y], marker="o", color=colour, ms=4, ls="none")
         ax.axvline(0, color="grey", lw=0.8)
         ax.axvline(1, color="black", lw=0.8, ls="--")
-        ax.set_yticks(y, names, fontsize=7)
-        ax.set_xlim(-3, 3)
+        for edge in (-lim, lim):
+            ax.axvline(edge, color="lightgrey", lw=0.6, ls=":")
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.set_ylim(-0.7, len(names) - 0.3)
+        ax.set_xlim(-lim - 0.2, lim + 0.2)
         flag = " (low headroom)" if s.get("low_headroom") else ""
         ax.set_title(f"{s['scenario']}{flag}", fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
     for ax in axes.ravel()[len(done):]:
         ax.axis("off")
-    fig.suptitle("FedSelect-Bench: normalised score (0 = random, 1 = lookahead oracle), 95% CI; clipped to ±3",
-                 fontsize=10)
+    fig.suptitle(f"FedSelect-Bench: normalised score (0 = random, 1 = lookahead oracle), 95% CI; beyond ±{lim:g}: "
+                 f"at the edge (arrow), a score there in red with its numbers", fontsize=9)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
