@@ -337,6 +337,7 @@ def test_one_mode_takes_a_scalar_or_one_element_vector_only(make_env):
         with pytest.raises(ValueError, match="one integer client index"):
             env.step(bad)
     for good in (1, np.int64(2), np.array(3), np.array([4]), [5]):
+        env.reset(seed=0)  # a step after the episode's end is refused (issue #44): each one on a fresh episode
         env.step(good)
 
 
