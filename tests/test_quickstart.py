@@ -65,9 +65,11 @@ def test_sb3_dqn_refuses_the_default_id_and_takes_the_dqn_id():
 
 def test_readme_sb3_quick_start_runs_as_written(tmp_path, monkeypatch):
     """The README's script, verbatim but for its step count (the README's own count is measured by
-    bench/quickstart.py, docs/TRAINING.md); then its model deploys as the README's evaluate.py line says."""
+    bench/quickstart.py, docs/TRAINING.md): PPO with the Plackett-Luce policy on Stragglers, its objective as the
+    reward, saved under runs/; then its model deploys as the README's evaluate.py line says."""
     q = _quickstart_module()
-    source = q.script_for(q.readme_script(), steps=520)  # 20 steps past learning_starts: gradient steps run
+    source = q.script_for(q.readme_script(), steps=64)
+    assert "progress_bar=True" in source and 'model.save("runs/' in source
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     import torch
@@ -77,17 +79,40 @@ def test_readme_sb3_quick_start_runs_as_written(tmp_path, monkeypatch):
         exec(compile(source, "README.md (SB3 quick start)", "exec"), namespace)
     finally:
         torch.set_num_threads(threads)
+        namespace["env"].close()
     saved = tmp_path / q.saved_name(source)
     assert saved.is_file()
-    assert namespace["model"].num_timesteps == 520 and namespace["model"]._n_updates > 0
-    from fedsel_eval import make_plan
-
+    model = namespace["model"]
+    assert model.num_timesteps >= 64 and model._n_updates > 0
+    assert namespace["config"]["reward"] == "objective"  # the return is the score: minus the time to Ω
     readme = (ROOT / "README.md").read_text()
-    assert "--env fedsel/FedSelect-DQN-v0 --env-kwargs action_mode=topk" in readme
-    plan = make_plan(env="fedsel/FedSelect-DQN-v0", env_overrides={"action_mode": "topk"},
-                     policies=["random", f"dqn:{saved}"], seeds=[0])
-    assert plan.env_config["action_mode"] == "topk" and plan.env_config["pca_components"] == 5
-    assert [p.label for p in plan.policies] == ["random", f"dqn:{saved.stem}"]
+    line = "--policy \"pl_ppo=per_client:model_path=runs/quickstart/pl_ppo_stragglers.zip,sample=true\""
+    assert "evaluate.py --env fedsel/Bench-Stragglers-v0" in readme and line in readme
+    from fedsel_eval import make_plan
+    from fedsel_eval.episodes import run_episode
+    from fedsel_eval.policies import build_policy
+
+    plan = make_plan(env="fedsel/Bench-Stragglers-v0", policies=[
+        "random", f"pl_ppo=per_client:model_path={saved},sample=true"], seeds=[9000])
+    assert plan.env_config["reward"] == "objective"
+    env = fedsel_env.make_env("default", **{**plan.env_config, "max_rounds": 3})
+    record = run_episode(env, build_policy(plan.policies[1], env.selection_spec, 9000), 9000)
+    assert record["metrics"]["episode_return"] == -record["metrics"]["sim_time"]
+    env.close()
+
+
+@pytest.mark.slow
+def test_quickstart_bench_trains_evaluates_and_writes_its_record(tmp_path):
+    """bench/quickstart.py end to end at a smoke size: the README's script per training seed, the held-out
+    episodes, the record (every summary recomputes) and the README paragraph written from it."""
+    q = _quickstart_module()
+    from fedsel_eval import recompute
+
+    before = (ROOT / "README.md").read_text()
+    got = q.main(["--train-seeds", "0", "1", "--steps", "64", "--seeds", "9000", "9001", "--out", str(tmp_path)])
+    assert recompute.main(["--quiet", got["record"]]) == 0
+    assert "across the 2 training seeds" in got["text"] and "pow_d" in got["text"]
+    assert (ROOT / "README.md").read_text() == before  # a smoke run publishes nothing
 
 
 def test_script_for_refuses_a_script_it_cannot_edit():
