@@ -170,9 +170,21 @@ def _widths(value: Any) -> list:
     return [value]
 
 
+def _leaf_spaces(space: Any, depth: int = 0) -> list:
+    """The leaf spaces of a (Dict / Tuple) space, 8 levels deep at most."""
+    inner = getattr(space, "spaces", None)
+    if space is None or depth > 8:
+        return []
+    if isinstance(inner, Mapping):
+        return [s for v in inner.values() for s in _leaf_spaces(v, depth + 1)]
+    if isinstance(inner, (list, tuple)):
+        return [s for v in inner for s in _leaf_spaces(v, depth + 1)]
+    return [space]
+
+
 def check_sizes(objects: Mapping[str, Any], where: str) -> None:
     """The sizes a saved model's entries ask its network to be built with, before SB3 builds it: the spaces'
-    shapes (at most :data:`MAX_SPACE_SIZE` numbers) and ``policy_kwargs``' widths (``hidden``, ``net_arch``, a
+    shapes and ``n`` (at most :data:`MAX_SPACE_SIZE` numbers) and ``policy_kwargs``' widths (``hidden``, ``net_arch``, a
     features extractor's ``hidden``: integers in [1, ``MAX_HIDDEN``]).
 
     :raises ValueError: naming the file and the field.
@@ -180,20 +192,21 @@ def check_sizes(objects: Mapping[str, Any], where: str) -> None:
     import numpy as np
 
     for key in ("observation_space", "action_space"):
-        space = objects.get(key)
-        shapes = [getattr(s, "shape", None) for s in (getattr(space, "spaces", {}) or {}).values()] \
-            if hasattr(space, "spaces") and isinstance(getattr(space, "spaces"), Mapping) else [getattr(space, "shape", None)]
-        for shape in shapes:
-            if shape is None:
-                continue
+        for space in _leaf_spaces(objects.get(key)):
+            shape, n = getattr(space, "shape", None), getattr(space, "n", None)
             try:
-                n = int(np.prod([int(x) for x in shape], dtype=object))
+                dims = [int(x) for x in (shape or ())]
+                size = int(np.prod(dims, dtype=object)) if dims else 1
+                # a Discrete(n) / MultiBinary(n) / MultiDiscrete(nvec) space sizes a network's output by n
+                for extra in (n, getattr(space, "nvec", None)):
+                    if extra is not None:
+                        size = max(size, int(np.sum(np.asarray(extra, dtype=object))))
             except (TypeError, ValueError):
-                raise ValueError(f"{where}: field {key!r} has a shape {shape!r:.60} that is not a tuple of integers; "
+                raise ValueError(f"{where}: field {key!r} has a size {shape!r:.60} that is not integers; "
                                  f"{DEFAULT_FIX}") from None
-            if n > MAX_SPACE_SIZE or any(int(x) < 0 for x in shape):
-                raise ValueError(f"{where}: field {key!r} has shape {tuple(shape)!r:.60}: over the {MAX_SPACE_SIZE:,} "
-                                 f"numbers a saved space may hold; {DEFAULT_FIX}")
+            if size > MAX_SPACE_SIZE or any(d < 0 for d in dims):
+                raise ValueError(f"{where}: field {key!r} has a space of {size:,} numbers (shape {tuple(dims)!r:.40}), "
+                                 f"over the {MAX_SPACE_SIZE:,} a saved space may hold; {DEFAULT_FIX}")
     kwargs = objects.get("policy_kwargs")
     if not isinstance(kwargs, Mapping):
         return

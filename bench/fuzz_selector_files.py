@@ -15,11 +15,12 @@ and loaded first as a control: it must load), mutated at random:
   PCA widths and flags, or whose ``.pt`` is truncated, flipped, holds a pickle payload, NaN / inf / huge tensors,
   tensors of other shapes, a list, or a legacy storage declaring 2**40 elements; read by ``agents.set_distill.
   load_model``;
-- ``sb3_zip``: a Stable-Baselines3 zip whose ``data`` entry is too deep, not an object, or whose pickled entries are
-  hostile: ``bytearray(n)``, numpy ``_reconstruct`` / ``ndarray`` of huge shapes, ``copyreg._reconstructor`` of them,
-  a data entry that unpacks to 80 MiB, an allow-listed class called (``Linear(10**5, 10**5)``, ``BatchNorm1d(10**10)``), a ``torch`` legacy storage that
-  declares more bytes than it carries, huge ``net_arch`` / ``hidden`` / spaces, random byte flips and truncations of
-  good pickles; read by ``agents.saved_models.load_model`` (the safe path: restricted unpickler).
+- ``sb3_zip``: a Stable-Baselines3 zip whose ``data`` entry is too deep, not an object, unpacks to 80 MiB, or whose
+  pickled entries are hostile: ``bytearray(n)``, numpy ``_reconstruct`` / ``ndarray`` of huge shapes,
+  ``copyreg._reconstructor`` of them, numpy ``scalar`` of a 1 GiB dtype, an allow-listed class called
+  (``Linear(10**5, 10**5)``, ``BatchNorm1d(10**10)``), a ``torch`` legacy storage that declares more bytes than it
+  carries, a space of 2**31+ numbers (a Box's shape, a Discrete's n), huge ``net_arch`` / ``hidden``, random byte flips and truncations of good
+  pickles; read by ``agents.saved_models.load_model`` (the safe path: restricted unpickler).
 
 The files are loaded one after another in **one worker process whose address space is capped** (``RLIMIT_AS``) at
 1 GiB over its size after its imports, each under a ``--hang``-second alarm. A case passes when it raises
@@ -54,7 +55,7 @@ FORMATS = ("set_es", "set_distill", "sb3_zip")
 BLIND_KINDS = ("flip", "cut", "pt_flip", "pt_cut")
 #: JSON texts of hostile values, spliced in place of a weight
 HOSTILE_VALUES = ['"0.1"', "true", "null", "[]", "{}", "[0.1]", "1" + "0" * 400, "-" + "9" * 330, "1e308", "-1e308",
-                  "NaN", "Infinity", "-Infinity", "1e999", '"NaN"', "1" * 5000, "0x10", "1e-400", '""']
+                  "NaN", "Infinity", "-Infinity", "1e999", '"NaN"', "1" * 5000, "0x10", '""']
 
 
 # ============================================================================================ generators
@@ -190,7 +191,7 @@ def _hostile_pickle(rng: np.random.Generator) -> Tuple[str, bytes]:
     """A pickle that asks an allow-listed global to allocate without bound (a few bytes of input)."""
     big = int(rng.choice([2**31, 2**33, 2**36, 10**12]))
     kind = str(rng.choice(["bytearray", "reconstruct", "ndarray", "reconstructor", "linear", "batchnorm",
-                           "legacy_storage", "box_shape", "newobj_ndarray"]))
+                           "legacy_storage", "box_shape", "newobj_ndarray", "scalar"]))
     p4 = b"\x80\x04"
     if kind == "bytearray":
         return kind, p4 + b"cbuiltins\nbytearray\n" + pickle.dumps(big, protocol=4)[2:-1] + b"\x85R."
@@ -198,6 +199,10 @@ def _hostile_pickle(rng: np.random.Generator) -> Tuple[str, bytes]:
         mod = rng.choice([b"numpy.core.multiarray", b"numpy._core.multiarray"])
         return kind, (p4 + b"c" + mod + b"\n_reconstruct\ncnumpy\nndarray\n" + pickle.dumps((big,), protocol=4)[2:-1]
                       + b"C\x01b\x87R.")
+    if kind == "scalar":  # numpy's scalar of a dtype of 1 GiB (or 2 GB of S): that many bytes, no data needed
+        mod = rng.choice([b"numpy.core.multiarray", b"numpy._core.multiarray"])
+        spec = pickle.dumps(("V", 2**30) if rng.random() < 0.5 else "S2000000000", protocol=4)[2:-1]
+        return kind, p4 + b"c" + mod + b"\nscalar\ncnumpy\ndtype\n" + spec + b"\x85R\x85R."
     if kind == "ndarray":
         return kind, p4 + b"cnumpy\nndarray\n" + pickle.dumps((big,), protocol=4)[2:-1] + b"\x85R."
     if kind == "newobj_ndarray":
@@ -217,10 +222,14 @@ def _hostile_pickle(rng: np.random.Generator) -> Tuple[str, bytes]:
                       + b"\x85R.")
     import gymnasium
 
-    box = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    state = dict(box.__dict__)
-    state["_shape"] = (big,)
-    obj = gymnasium.spaces.Box.__new__(gymnasium.spaces.Box)
+    if rng.random() < 0.5:  # a Box of a huge shape (its bounds small): the network's input
+        space = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        field, value = "_shape", (big,)
+    else:  # a Discrete of a huge n: a Q-network's output
+        space, field, value = gymnasium.spaces.Discrete(3), "n", np.int64(big)
+    state = dict(space.__dict__)
+    state[field] = value
+    obj = type(space).__new__(type(space))
     obj.__dict__.update(state)
     return kind, pickle.dumps(obj, protocol=4)
 

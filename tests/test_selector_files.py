@@ -248,3 +248,41 @@ def test_the_file_fuzz_small_version_gives_only_value_errors_under_a_1_gib_cap(t
     assert not report["failures"], report["failures"][:5]
     assert sum(f["count"] for f in report["formats"].values()) == 45
     assert report["cap_bytes"] - report["base_bytes"] == 1 << 30
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x80\x04cnumpy.core.multiarray\nscalar\ncnumpy\ndtype\n" + pickle.dumps(("V", 2**30), protocol=4)[2:-1]
+    + b"\x85R\x85R.",                                                          # a numpy scalar of a 1 GiB dtype
+    b"\x80\x04cnumpy\nndarray\n" + pickle.dumps((2**31,), protocol=4)[2:-1] + b"\x85R.",   # ndarray((2**31,))
+    b"\x80\x04cnumpy\nndarray\n" + pickle.dumps((2**31,), protocol=4)[2:-1] + b"\x85\x81.",  # its NEWOBJ form
+    b"\x80\x04ccopyreg\n_reconstructor\ncbuiltins\nbytearray\ncbuiltins\nbytearray\n"
+    + pickle.dumps(2**31, protocol=4)[2:-1] + b"\x87R.",                        # copyreg's road to bytearray(n)
+])
+def test_allow_listed_constructors_are_bounded_before_they_run(payload):
+    from fedsel_env.sim.safe_pickle import NUMPY_GLOBALS, PLAIN_GLOBALS, RefusedAllocation, restricted_loads
+
+    with pytest.raises(RefusedAllocation, match=r"allocate [\d,]+ bytes from a few bytes of pickle"):
+        restricted_loads(payload, NUMPY_GLOBALS | PLAIN_GLOBALS | {("copyreg", "_reconstructor")})
+
+
+def test_constructing_an_admitted_class_is_refused_rebuilding_it_is_not():
+    import torch
+
+    from agents.saved_models import MODEL_GLOBALS, _admit_class
+    from fedsel_env.sim.safe_pickle import RefusedAllocation, restricted_loads
+
+    linear = b"\x80\x04ctorch.nn.modules.batchnorm\nBatchNorm1d\n" + pickle.dumps(10**10, protocol=4)[2:-1] + b"\x85R."
+    with pytest.raises(RefusedAllocation, match=r"construct 'BatchNorm1d' while loading"):
+        restricted_loads(linear, MODEL_GLOBALS, _admit_class)
+    space = FedSelectEnv(preset="tiny").observation_space  # saved objects (NEWOBJ + BUILD) load as before
+    assert restricted_loads(pickle.dumps(space, protocol=4), MODEL_GLOBALS, _admit_class) == space
+    assert restricted_loads(pickle.dumps(torch.device("cpu")), MODEL_GLOBALS, _admit_class) == torch.device("cpu")
+
+
+def test_a_saved_space_of_a_huge_n_is_refused():
+    import gymnasium
+
+    from agents.saved_models import check_sizes
+
+    with pytest.raises(ValueError, match=r"model.zip: field 'action_space' has a space of 1,000,000,000,000 numbers"):
+        check_sizes({"action_space": gymnasium.spaces.Discrete(10**12)}, "model.zip")

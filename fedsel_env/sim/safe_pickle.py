@@ -9,7 +9,7 @@ buffers and policies: ``agents.saved_models``). A global may also be *replaced* 
 (torch's ``_load_from_bytes``, which calls ``torch.load(weights_only=False)``, by a ``weights_only`` one).
 
 Allow-listed constructors are **bounded** (issue #44): a few bytes of pickle must not make a plain data type
-allocate gigabytes (``bytearray(2**31)``, an ``ndarray`` or numpy ``_reconstruct`` of a huge shape, torch's legacy
+allocate gigabytes (``bytearray(2**31)``, an ``ndarray`` or numpy ``_reconstruct`` of a huge shape, a numpy ``scalar`` of a 1 GiB dtype, torch's legacy
 storage header naming more bytes than it carries). Each such call is checked against
 :data:`MAX_CONSTRUCTED_BYTES` before it runs, and classes admitted by a caller's ``admit`` (policies, buffers,
 networks) may be rebuilt from their saved state but not constructed (their ``__init__`` may allocate anything).
@@ -151,7 +151,7 @@ def check_call(func: Any, args: tuple, kwargs: Optional[Dict[str, Any]] = None) 
     """Refuse a constructor call of a pickle that would allocate more than :data:`MAX_CONSTRUCTED_BYTES`.
 
     :raises RefusedAllocation: for ``bytearray(n)``, ``ndarray(shape, ...)``, numpy's ``_reconstruct`` and
-        ``copyreg._reconstructor`` of such a type, over the bound.
+        ``scalar`` (of a dtype of that many bytes) and ``copyreg._reconstructor`` of such a type, over the bound.
     """
     import copyreg
 
@@ -169,6 +169,9 @@ def check_call(func: Any, args: tuple, kwargs: Optional[Dict[str, Any]] = None) 
     elif getattr(func, "__name__", "") == "_reconstruct" and getattr(func, "__module__", "").startswith("numpy"):
         if len(args) >= 3:
             asked = _nbytes(args[1], args[2])
+    elif getattr(func, "__name__", "") == "scalar" and getattr(func, "__module__", "").startswith("numpy"):
+        if args:  # a scalar of a dtype ('V', 2**30) is that many bytes, given its data or not
+            asked = _nbytes((), args[0])
     elif func is copyreg._reconstructor and len(args) == 3 and args[1] is not object:
         check_call(args[1], (args[2],))
     if asked > MAX_CONSTRUCTED_BYTES:
