@@ -203,9 +203,26 @@ def table(rec: records.Record) -> str:
     return "\n".join(lines)
 
 
+def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.json") -> str:
+    """Issue #41's check of the earlier learned designs (issue #29's record): every design x scenario difference
+    against the best heuristic across training seeds, its t-test p-value over the per-seed differences and the
+    Holm-adjusted one over all of them (the comparisons tried and dropped included), as a table."""
+    rec = json.loads(Path(path).read_text())
+    found = [(s["name"].split(", across")[0], s["value"]) for s in rec["summaries"]
+             if "best_heuristic" in s["name"] and s["name"].endswith("across training seeds")]
+    adjusted = holm([_t_p(v.get("per_training_seed") or []) for _n, v in found])
+    lines = ["| comparison | Δ across training seeds [95% CI] | p | p (Holm, all " + str(len(found)) + ") |",
+             "|---|---|---:|---:|"]
+    for (name, v), p_holm in zip(found, adjusted):
+        lines.append(f"| {name} | {v['mean']:+.3g} [{v['lo']:+.3g}, {v['hi']:+.3g}] | "
+                     f"{_t_p(v.get('per_training_seed') or []):.3g} | {p_holm:.3g} |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "report", "all"), default="all")
+    p.add_argument("--part", choices=("train", "eval", "report", "all", "learned_holm"), default="all",
+                   help="learned_holm: the Holm-corrected table of issue #29's learned designs (BENCHMARK.md)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with a budget)")
     p.add_argument("--designs", default=",".join(DESIGNS))
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
@@ -217,6 +234,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args.scenarios = [scenario(s).name for s in args.scenarios.split(",")] if args.scenarios else \
         sorted({n for d in DESIGNS.values() for n in d["steps"]})
     args.seeds, args.overrides, args.steps, args.n_envs = list(REPORTING_SEEDS), {}, None, N_ENVS
+    if args.part == "learned_holm":
+        text = learned_holm()
+        if not args.no_publish:
+            splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_holm", text)
+        print(text)
+        return
     if args.smoke:
         args.scenarios, args.overrides, args.steps = [SMOKE["scenario"]], SMOKE["overrides"], SMOKE["steps"]
         args.n_envs, args.train_seeds, args.seeds, args.no_publish = SMOKE["n_envs"], SMOKE["train_seeds"], \
