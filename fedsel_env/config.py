@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .sim.adversary import validate_adversary
-from .sim.limits import check_value_shape, refuse_if_too_big, short
+from .sim.limits import as_real, check_value_shape, is_choice, real_in, reals_text, refuse_if_too_big, short
 from .sim.device import check_device_field
 from .spec import SelectionSpec
 
@@ -166,13 +165,15 @@ def _int(cfg: Dict[str, Any], field: str, lo: int, hi: Optional[int] = None, all
 
 
 def _float(cfg: Dict[str, Any], field: str, lo: float, hi: Optional[float] = None,
-           lo_open: bool = False) -> None:
+           lo_open: bool = False, allow_inf: bool = False) -> None:
+    """A plain int or float in the range (``limits.real_in``: finite, no bool, no integer beyond float's
+    range, no -0.0 where the range starts at 0; ``allow_inf``: +inf too, and so an integer beyond it)."""
     v = cfg[field]
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
-    ok = ok and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    hi = math.inf if hi is None else hi
+    ok = isinstance(v, (int, float)) and (real_in(v, lo, hi, lo_open) is not None
+                                          or (allow_inf and as_real(v) == math.inf))
     if not ok:
-        bound = (">" if lo_open else ">=") + f" {lo}" + (f" and <= {hi}" if hi is not None else "")
-        _fail(field, v, f"expected a number {bound}")
+        _fail(field, v, "expected " + reals_text(lo, hi, lo_open, given=v) + (" or .inf" if allow_inf else ""))
 
 
 def resolve_preset(preset: Union[str, Mapping[str, Any], None]) -> Dict[str, Any]:
@@ -311,25 +312,22 @@ def validate(cfg: Dict[str, Any]) -> None:
     _float(cfg, "quantity_skew", 0.0, 5.0)
     _int(cfg, "local_epochs", 1, 1000)
     _int(cfg, "batch_size", 1)
-    _float(cfg, "lr", 0.0, lo_open=True)
-    lr = float(cfg["lr"]) if abs(cfg["lr"]) <= sys.float_info.max else math.inf  # 10**400 is no float
-    if not math.isfinite(lr):
-        _fail("lr", cfg["lr"], "expected a finite number > 0")
-    cfg["lr"] = lr  # an integer lr as the float it equals: torch takes no integer scalar beyond int64
+    _float(cfg, "lr", 0.0, lo_open=True)  # finite: 10**400 is no float
+    cfg["lr"] = float(cfg["lr"])  # an integer lr as the float it equals: torch takes no integer scalar beyond int64
     _float(cfg, "momentum", 0.0, 0.999)
     _int(cfg, "clients_per_round", 1, cfg["num_clients"])
-    if cfg["action_mode"] not in ACTION_MODES:
+    if not is_choice(cfg["action_mode"], ACTION_MODES):
         _fail("action_mode", cfg["action_mode"], f"allowed: {list(ACTION_MODES)}")
     step = cfg["one_mode_step"]
-    if step != "1/K" and (isinstance(step, bool) or not isinstance(step, (int, float))
-                          or not MIN_ONE_MODE_STEP <= step <= 1):
+    if not (isinstance(step, str) and step == "1/K") and (not isinstance(step, (int, float))
+                                                          or real_in(step, MIN_ONE_MODE_STEP, 1.0) is None):
         _fail("one_mode_step", step, f'expected a number in [{MIN_ONE_MODE_STEP:g}, 1] or the string "1/K"')
     _float(cfg, "target_accuracy", 0.0, 1.0, lo_open=True)
     _int(cfg, "max_rounds", 1, MAX_ROUNDS)
     if cfg["pca_components"] is not None:
         _int(cfg, "pca_components", 1, cfg["num_clients"] + 1)
     _refuse_clients_beyond_memory(cfg)
-    if cfg["observation"] not in OBSERVATION_KINDS:
+    if not is_choice(cfg["observation"], OBSERVATION_KINDS):
         _fail("observation", cfg["observation"], f"allowed: {list(OBSERVATION_KINDS)}")
     from .server_view import OBSERVATION_PARTS  # the parts registry (a user may add one)
 
@@ -344,9 +342,9 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "torch_threads", 1, 1024, allow_none=True)
     check_device_field(cfg["device"], cfg["workers"])  # whether torch sees a GPU: checked when the env is built
     _int(cfg, "federation_seed", 0, allow_none=True)
-    if cfg["init"] not in INIT_MODES:
+    if not is_choice(cfg["init"], INIT_MODES):
         _fail("init", cfg["init"], f"allowed: {list(INIT_MODES)}")
-    _float(cfg, "divergence_loss", 0.0, lo_open=True)
+    _float(cfg, "divergence_loss", 0.0, lo_open=True, allow_inf=True)  # .inf: never counted as divergence
     if not isinstance(cfg["track_improvement"], bool):
         _fail("track_improvement", cfg["track_improvement"], "expected true or false")
     _validate_system(cfg["system"], cfg["num_clients"])
@@ -365,25 +363,27 @@ def _refuse_clients_beyond_memory(cfg: Dict[str, Any]) -> None:
 
 
 def _validate_system(sysc: Dict[str, Any], n: int) -> None:
+    def number(x: Any, lo: float, hi: float, lo_open: bool = False) -> bool:  # a plain int or float in range
+        return isinstance(x, (int, float)) and real_in(x, lo, hi, lo_open) is not None
+
     classes = sysc["classes"]
-    try:
-        ok = len(classes) >= 1 and all(len(c) == 3 and all(0 <= float(x) <= MAX_THETA for x in c) for c in classes)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
+    if (not isinstance(classes, (list, tuple)) or not classes
+            or not all(isinstance(c, (list, tuple)) and len(c) == 3 and all(number(x, 0.0, MAX_THETA) for x in c)
+                       for c in classes)):
+        negative_zero = -0.0 if "-0.0" in short(classes) else None
         _fail("system.classes", classes, f"expected a list of [tau_b, tau_s, inv_spectral_eff] triples, each "
-                                         f"a number in [0, {MAX_THETA:g}]")
+                                         f"{reals_text(0.0, MAX_THETA, given=negative_zero)}")
     for f, (lo, hi) in (("cpu_share", CPU_SHARE_RANGE), ("bandwidth", BANDWIDTH_RANGE)):
         v = sysc[f]
-        if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, (int, float)) for x in v)
-                or not lo <= v[0] <= v[1] <= hi):
-            _fail(f"system.{f}", v, f"expected [lo, hi] with {lo:g} <= lo <= hi <= {hi:g}")
+        if (not isinstance(v, (list, tuple)) or len(v) != 2 or not all(number(x, lo, hi) for x in v)
+                or not v[0] <= v[1]):
+            _fail(f"system.{f}", v, f"expected [lo, hi] with {lo:g} <= lo <= hi <= {hi:g} (finite numbers)")
     a = sysc["availability"]
     if isinstance(a, (list, tuple)):
-        if len(a) != n or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in a):
+        if len(a) != n or not all(number(x, 0.0, 1.0, lo_open=True) for x in a):
             _fail("system.availability", a, f"expected a probability in (0, 1] or a list of {n} of them")
-    elif not (isinstance(a, (int, float)) and not isinstance(a, bool) and 0 < a <= 1):
+    elif not number(a, 0.0, 1.0, lo_open=True):
         _fail("system.availability", a, "expected a probability in (0, 1] or a list of N of them")
     ns = sysc["noise_std"]
-    if not (isinstance(ns, (int, float)) and not isinstance(ns, bool) and 0 <= ns <= MAX_NOISE_STD):
-        _fail("system.noise_std", ns, f"expected a number in [0, {MAX_NOISE_STD:g}] (seconds)")
+    if not number(ns, 0.0, MAX_NOISE_STD):
+        _fail("system.noise_std", ns, f"expected {reals_text(0.0, MAX_NOISE_STD, given=ns)} (seconds)")

@@ -13,13 +13,13 @@ Add one with ``@REWARDS.register("name")`` on a class with ``__init__(**params)`
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from .registry import Registry, has_methods
+from .sim.limits import real_in, reals_text, short
 
 REWARDS: Registry = Registry("reward", check=has_methods("__call__", fix="write a class with __init__(**params) and "
                                                           "__call__(outcome: RoundOutcome) -> float"))
@@ -52,11 +52,11 @@ MAX_TIME_WEIGHT = 1e6
 
 def _number(name: str, field: str, v: object, lo: float, lo_open: bool = False, hi: float = math.inf) -> float:
     """A finite number in (lo | [lo, hi]: a reward that could only be non-finite is refused here."""
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and (v > lo if lo_open else v >= lo)
-    if not ok or not abs(v) <= sys.float_info.max or v > hi:  # NaN fails v >= lo; inf and 10**400 fail here
-        bound = f"{'>' if lo_open else '>='} {lo}" + (f" and <= {hi:g}" if hi < math.inf else "")
-        raise ValueError(f"reward {name!r} parameter {field!r} = {v!r}: expected a finite number {bound}")
-    return float(v)
+    x = real_in(v, lo, hi, lo_open) if isinstance(v, (int, float)) else None  # NaN, ±inf, 10**400, bools: None
+    if x is None:
+        raise ValueError(f"reward {name!r} parameter {field!r} = {short(v)}: expected "
+                         f"{reals_text(lo, hi, lo_open, given=v)}")
+    return x
 
 
 @REWARDS.register("favor")

@@ -341,6 +341,80 @@ def test_one_mode_takes_a_scalar_or_one_element_vector_only(make_env):
         env.step(good)
 
 
+# --- issue #44, "Config values": one number or one name, refused naming its field ----------------------------
+BIG = int("9" * 401)  # under the 8,192-bit limit of limits.check_value_shape, beyond float's range
+SYNTHETIC = {"dataset": "synthetic", "partition": "natural", "partition_params": {}}
+ISSUE_44 = [  # (overrides, the field the message must name); each was OverflowError, numpy's message or accepted
+    *[({"adversary": {f: BIG}}, f"adversary.{f}")
+      for f in ("loss_scale", "update_scale", "update_bias", "straggler_scale", "straggler_fraction", "deadline",
+                "loss_shift", "dropout", "attacker_fraction", "straggler_shape")],  # OverflowError in float()
+    ({"adversary": {"update_scale": -BIG, "attacker_fraction": 0.2}}, "adversary.update_scale"),
+    ({**SYNTHETIC, "dataset_params": {"beta": -0.0}}, "dataset_params.beta"),  # numpy's "scale < 0", nothing else
+    ({**SYNTHETIC, "dataset_params": {"alpha": -0.0}}, "dataset_params.alpha"),
+    ({"observation": np.array(["dict", "flat"])}, "observation"),  # numpy's "truth value ... is ambiguous"
+    ({"action_mode": np.array(["one", "topk"])}, "action_mode"),
+    ({"init": np.array(["episode", "federation"])}, "init"),
+    ({"action_mode": "one", "one_mode_step": np.array([0.5, 0.5])}, "one_mode_step"),
+    ({"adversary": {"straggler_distribution": np.array(["pareto", "lognormal"])}}, "adversary.straggler_distribution"),
+    ({"dataset_params": {"label_noise": np.array(["random", "shift"])}}, "dataset_params.label_noise"),
+    ({"aggregator": "fedavg", "aggregator_params": {"weighting": np.array(["uniform", "num_samples"])}}, "weighting"),
+    ({"aggregator": "fedmgda+", "aggregator_params": {"solver": np.array(["daqp", "clarabel"])}}, "solver"),
+    ({"partition": "dirichlet", "partition_params": {"alpha": BIG}}, "alpha"),  # OverflowError
+    ({"model": "mlp", "model_params": {"hidden": BIG}}, "hidden"),  # TypeError from torch's int64 sizes
+    # -0.0 where a range starts at 0: numpy reads its sign; refused wherever such a range is checked
+    ({"quantity_skew": -0.0}, "quantity_skew"),
+    ({"system": {"noise_std": -0.0}}, "system.noise_std"),
+    ({"adversary": {"dropout": -0.0}}, "adversary.dropout"),
+    ({"reward": "time_penalised", "reward_params": {"time_weight": -0.0}}, "time_weight"),
+    # a bool is not a number (true read as 1)
+    ({"system": {"classes": [[True, 1, 1]]}}, "system.classes"),
+    ({"system": {"cpu_share": [True, 2.0]}}, "system.cpu_share"),
+    ({"system": {"availability": [True] * 6}}, "system.availability"),
+]
+
+
+@pytest.mark.parametrize("overrides, field", ISSUE_44, ids=[repr(o)[:70] for o, _ in ISSUE_44])
+def test_issue_44_config_values_are_refused_naming_the_field(overrides, field):
+    with warnings.catch_warnings(), time_limit(EXAMPLE_SECONDS):
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=field.replace(".", r"\.").replace("+", r"\+")) as err:
+            FedSelectEnv(config={**BASE, **overrides})
+    message = str(err.value)
+    assert "allowed" in message or "expected" in message, message
+    assert "truth value" not in message and "scale < 0" not in message
+    if "-0.0" in repr(overrides):
+        assert "write 0" in message, message
+
+
+def test_issue_44_neighbours_of_the_refused_values_still_build():
+    """+0.0 where -0.0 is refused, a name as a plain string, the largest finite values and .inf where it means
+    "never" all build (and the defaults are untouched: tests/test_golden.py)."""
+    for overrides in ({**SYNTHETIC, "dataset_params": {"alpha": 0.0, "beta": 0.0}},
+                      {"quantity_skew": 0.0, "momentum": 0, "system": {"noise_std": 0.0, "classes": [[0, 0, 1]]}},
+                      {"observation": "flat", "action_mode": "one", "one_mode_step": "1/K", "init": "federation"},
+                      {"divergence_loss": BIG}, {"divergence_loss": math.inf},
+                      {"adversary": {"attacker_fraction": 0.2, "update_scale": -30, "loss_scale": 1e300,
+                                     "deadline": 1e300, "straggler_fraction": 1, "dropout": 0.0}},
+                      {"adversary": {"attackers": [1], "update_scale": np.float64(-30.0), "loss_shift": np.int64(2)}},
+                      {"model": "mlp", "model_params": {"hidden": 3}}):
+        FedSelectEnv(config={**BASE, **overrides}).close()
+
+
+def test_the_number_and_name_readers():
+    """``limits.real_in`` / ``reals_text`` / ``is_choice``: what every check above is made of."""
+    assert limits.as_real(BIG) == INF and limits.as_real(-BIG) == -INF and limits.as_real(np.int64(3)) == 3.0
+    for not_a_number in (True, np.bool_(False), "1", None, [1.0], np.array([1.0, 2.0]), np.array(1.0)):
+        assert limits.as_real(not_a_number) is None, not_a_number
+    assert limits.real_in(0.0, 0.0) == 0.0 and limits.real_in(-0.0, 0.0) is None  # a range from 0 refuses -0.0
+    assert limits.real_in(-0.0, -1.0) == 0.0 and limits.real_in(-0.0, 0.0, lo_open=True) is None
+    assert limits.real_in(BIG) is None and limits.real_in(NAN) is None and limits.real_in(INF) is None
+    assert limits.real_in(1.0, 0.0, 1.0) == 1.0 and limits.real_in(1.0, 0.0, 1.0, hi_open=True) is None
+    assert limits.reals_text(0.0, 1.0, hi_open=True) == "a finite number in [0, 1)"
+    assert "write 0" in limits.reals_text(0.0, given=-0.0) and "write 0" not in limits.reals_text(0.0, given=0.0)
+    assert limits.is_choice("dict", ("dict", "flat")) and not limits.is_choice(np.array(["dict", "flat"]), ["dict"])
+    assert not limits.is_choice(["dict"], ("dict",)) and not limits.is_choice(None, ("dict",))
+
+
 # --- memory: refused up front with the figure ---------------------------------------------------------
 def test_memory_is_estimated_before_it_is_allocated(monkeypatch):
     """A machine of 64 MiB: what cannot fit is refused with the estimate and the machine's memory."""

@@ -49,6 +49,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from .limits import is_choice, real_in, reals_text, short
+
 #: Reported losses are clipped into [0, MAX_REPORTED_LOSS] by the server (a loss is non-negative).
 MAX_REPORTED_LOSS = 1.0e30
 #: A straggler's extra delay is capped here (seconds), so heavy tails never give an infinite clock.
@@ -61,21 +63,17 @@ ATTACK_KNOBS: Dict[str, Any] = {"loss_scale": 1.0, "loss_shift": 0.0, "update_sc
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"config field 'adversary.{field}' = {value!r} is invalid: {allowed}")
+    raise ValueError(f"config field 'adversary.{field}' = {short(value)} is invalid: {allowed}")
 
 
 def _real(adv: Mapping[str, Any], field: str, lo: float = -math.inf, hi: float = math.inf,
           lo_open: bool = False, hi_open: bool = False) -> float:
-    v = adv[field]
-    ok = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-    ok = ok and math.isfinite(float(v))
-    ok = ok and (float(v) > lo if lo_open else float(v) >= lo) and (float(v) < hi if hi_open else float(v) <= hi)
-    if not ok:
-        lo_txt = "" if lo == -math.inf else f"{'>' if lo_open else '>='} {lo}"
-        hi_txt = "" if hi == math.inf else f"{'<' if hi_open else '<='} {hi}"
-        bounds = " and ".join(t for t in (lo_txt, hi_txt) if t)
-        _fail(field, v, "expected a finite number" + (f" {bounds}" if bounds else ""))
-    return float(v)
+    """``adv[field]`` as a float when it is a finite number in the range (``limits.real_in``: no bool, no
+    integer beyond float's range, no -0.0 where the range starts at 0); else ``ValueError`` naming it."""
+    v = real_in(adv[field], lo, hi, lo_open, hi_open)
+    if v is None:
+        _fail(field, adv[field], "expected " + reals_text(lo, hi, lo_open, hi_open, given=adv[field]))
+    return v
 
 
 def count_from_fraction(fraction: float, n: int) -> int:
@@ -120,7 +118,7 @@ def validate_adversary(adv: Dict[str, Any], num_clients: int) -> None:
                                        "adversary.attackers (client ids) or adversary.attacker_fraction")
     _real(adv, "dropout", 0.0, 1.0)
     _real(adv, "straggler_fraction", 0.0, 1.0)
-    if adv["straggler_distribution"] not in STRAGGLER_DISTRIBUTIONS:
+    if not is_choice(adv["straggler_distribution"], STRAGGLER_DISTRIBUTIONS):
         _fail("straggler_distribution", adv["straggler_distribution"], f"allowed: {list(STRAGGLER_DISTRIBUTIONS)}")
     _real(adv, "straggler_scale", 0.0, lo_open=True)
     _real(adv, "straggler_shape", 0.0, lo_open=True)

@@ -36,7 +36,7 @@ import torch
 
 from .partitions import PARTITIONS, partition_indices, sizes_from_weights, test_size
 from ..registry import Registry, check_params
-from .limits import refuse_if_too_big, short
+from .limits import is_choice, real_in, reals_text, refuse_if_too_big, short
 from .data_files import DatasetNotFoundError  # noqa: F401  (re-exported: the loaders raise it)
 from .data_files import concat_idx_cached, damaged, file_key, locate_dataset, read_cifar_cached, read_idx
 
@@ -255,11 +255,11 @@ def label_noise_params(given: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     noise = {k: given.pop(k) for k in list(given) if k in LABEL_NOISE_DEFAULTS}
     noise = {**LABEL_NOISE_DEFAULTS, **noise}
     f = noise["noisy_clients"]
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f < 1.0:
-        raise ValueError(f"config field 'dataset_params.noisy_clients' = {f!r} is invalid: expected the share of "
-                         f"clients with corrupted training labels, a number in [0, 1)")
-    if noise["label_noise"] not in ("random", "shift"):
-        raise ValueError(f"config field 'dataset_params.label_noise' = {noise['label_noise']!r} is invalid: "
+    if real_in(f, 0.0, 1.0, hi_open=True) is None:
+        raise ValueError(f"config field 'dataset_params.noisy_clients' = {short(f)} is invalid: expected the share "
+                         f"of clients with corrupted training labels, {reals_text(0.0, 1.0, hi_open=True, given=f)}")
+    if not is_choice(noise["label_noise"], ("random", "shift")):
+        raise ValueError(f"config field 'dataset_params.label_noise' = {short(noise['label_noise'])} is invalid: "
                          f"allowed: ['random', 'shift']")
     return noise, given
 
@@ -428,12 +428,13 @@ def _refuse_synthetic_beyond_memory(n: int, train_rows: float, cfg: Dict[str, An
 
 
 def _load_synthetic(params: Dict[str, Any], cfg: Dict[str, Any], rng: np.random.Generator) -> DataPool:
-    for p in ("alpha", "beta"):
+    for p in ("alpha", "beta"):  # std of a normal draw: numpy refuses -0.0 ("scale < 0") as it does -1
         v = params[p]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= SYNTHETIC_MAX_SPREAD:
-            raise ValueError(f"dataset parameter {p!r} = {v!r} for 'synthetic'; allowed: a number in "
-                             f"[0, {SYNTHETIC_MAX_SPREAD:g}] (FedProx and q-FFL use 0 to 1; beyond this the "
-                             f"features or logits overflow)")
+        if real_in(v, 0.0, SYNTHETIC_MAX_SPREAD) is None:
+            allowed = reals_text(0.0, SYNTHETIC_MAX_SPREAD, given=v)
+            raise ValueError(f"dataset parameter {p!r} = {short(v)} for 'synthetic' (config field "
+                             f"'dataset_params.{p}') is invalid; allowed: {allowed} (FedProx and q-FFL use 0 to 1; "
+                             f"beyond {SYNTHETIC_MAX_SPREAD:g} the features or logits overflow)")
     cap = params["max_samples"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ValueError(f"dataset parameter 'max_samples' = {cap!r} for 'synthetic'; allowed: None or an "

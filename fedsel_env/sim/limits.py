@@ -7,13 +7,20 @@ after minutes of work. The builders estimate what they are about to hold and cal
 :func:`refuse_if_too_big` first, which raises a ``ValueError`` naming the field, the figure and the
 machine's memory. The estimates are lower bounds of the main arrays, so a refused config could never
 have run; a config just under the limit may still be slow.
+
+One number or one name a user writes is read by :func:`real_in` / :func:`is_choice` (issue #44): an integer
+beyond float's range, NaN, ±inf, a bool, ``-0.0`` where a range starts at 0, or an array where a name is
+expected is a plain "no" for the caller to name its field with — never ``OverflowError`` or numpy's
+"scale < 0" / "truth value of an array ... is ambiguous".
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import reprlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 #: Used when the machine's memory cannot be read.
 FALLBACK_MEMORY = 1 << 40
@@ -126,6 +133,64 @@ def short(value: Any) -> str:
     return text if len(text) <= SHORT_CHARS else text[:SHORT_CHARS - 5] + " ...]"
 
 
+# --- one number or one name a user writes --------------------------------------------------------------------
+def as_real(value: Any) -> Optional[float]:
+    """``value`` as a float when it is one real number (an int, a float or a numpy real scalar, not a bool);
+    ``±inf`` for an integer beyond float's range (10**400 has no float, and ``float()`` would raise
+    ``OverflowError``); ``None`` for anything else (a bool, a string, a list, an array, ``None``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # np.bool_ is no numbers.Real
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def is_negative_zero(value: Any) -> bool:
+    """Whether ``value`` is the float -0.0 (it equals 0, but numpy reads its sign)."""
+    return isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0
+
+
+def real_in(value: Any, lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False,
+            hi_open: bool = False) -> Optional[float]:
+    """``value`` as a float when it is a finite real number (:func:`as_real`) in the range, else ``None``.
+
+    A range that starts at 0 (closed) refuses ``-0.0``: it equals 0 but numpy reads its sign (``rng.normal(0,
+    -0.0)`` raises "scale < 0"), so the user is asked to write 0 (:func:`reals_text` says so).
+    """
+    v = as_real(value)
+    if v is None or not math.isfinite(v):
+        return None
+    if (v <= lo if lo_open else v < lo) or (v >= hi if hi_open else v > hi):
+        return None
+    if lo == 0 and not lo_open and is_negative_zero(v):
+        return None
+    return v
+
+
+def reals_text(lo: float = -math.inf, hi: float = math.inf, lo_open: bool = False, hi_open: bool = False,
+               given: Any = None) -> str:
+    """What :func:`real_in` admits, in words (``a finite number in [0, 1)``); when the value ``given`` is -0.0,
+    why it is refused and the fix."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        text = f"a finite number in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    elif math.isfinite(lo):
+        text = f"a finite number {'>' if lo_open else '>='} {lo:g}"
+    elif math.isfinite(hi):
+        text = f"a finite number {'<' if hi_open else '<='} {hi:g}"
+    else:
+        text = "a finite number"
+    if is_negative_zero(given):
+        text += " (-0.0 is negative zero, which numpy refuses as a scale: write 0)"
+    return text
+
+
+def is_choice(value: Any, allowed: Iterable[str]) -> bool:
+    """Whether ``value`` is one of the ``allowed`` names: a string first (an array or a list compared with a
+    name would be compared element by element, or be unhashable), then a member."""
+    return isinstance(value, str) and value in tuple(allowed)
+
+
 def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> None:
     """Refuse a value too big once expanded, nested too deep, or holding an integer too long, before anything
     walks it recursively (``repr``, ``deepcopy``, validation). Iterative; shared objects (YAML aliases) are
@@ -178,5 +243,6 @@ def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> Non
         stack.extend((c, depth + 1, False, w) for c, w in children)
 
 
-__all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "TooLongInteger", "check_value_shape",
-           "format_bytes", "memory_budget", "refuse_if_too_big", "short"]
+__all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "TooLongInteger", "as_real",
+           "check_value_shape", "format_bytes", "is_choice", "is_negative_zero", "memory_budget", "real_in",
+           "reals_text", "refuse_if_too_big", "short"]

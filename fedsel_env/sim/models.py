@@ -67,11 +67,16 @@ def logreg(input_shape: Tuple[int, ...], num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), num_classes))
 
 
+#: The widest ``mlp`` hidden layer named (far beyond any machine's memory, which refuses much less): torch
+#: sizes a tensor in int64, and 10**400 would not even reach the memory check (was a TypeError).
+MAX_HIDDEN = 10**12
+
+
 @MODELS.register("mlp")
 def mlp(input_shape: Tuple[int, ...], num_classes: int, hidden: int = 64) -> nn.Module:
-    if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
-        raise ValueError(f"model parameter 'hidden' = {hidden!r} for 'mlp' is invalid: expected an integer >= 1 "
-                         f"(the hidden layer's width; 64 by default)")
+    if isinstance(hidden, bool) or not isinstance(hidden, int) or not 1 <= hidden <= MAX_HIDDEN:
+        raise ValueError(f"model parameter 'hidden' = {short(hidden)} for 'mlp' is invalid: expected an integer in "
+                         f"[1, {MAX_HIDDEN:.0e}] (the hidden layer's width; 64 by default)")
     return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU(),
                          nn.Linear(hidden, num_classes))
 

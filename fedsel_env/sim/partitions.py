@@ -47,7 +47,7 @@ from typing import Any, List, Mapping, Optional
 import numpy as np
 
 from ..registry import Registry, callable_with, check_params
-from .limits import short
+from .limits import real_in, short
 
 PARTITIONS = Registry("partition", check=callable_with(4, "(labels, sizes, num_classes, rng, **params)",
                                                        "a partition is a function returning N index arrays"))
@@ -244,8 +244,8 @@ def sigma(labels: np.ndarray, sizes: np.ndarray, num_classes: int, rng: np.rando
 
     :param sigma: the primary label's fraction, in (0, 1]; 1 = single-label clients.
     """
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma <= 1:
-        raise ValueError(f"partition parameter 'sigma' = {sigma!r}; allowed: a number in (0, 1]")
+    if real_in(sigma, 0.0, 1.0, lo_open=True) is None:
+        raise ValueError(f"partition parameter 'sigma' = {short(sigma)}; allowed: a number in (0, 1]")
     if num_classes < 2 and sigma < 1:
         raise ValueError(f"partition 'sigma' with sigma = {sigma} needs at least 2 classes, got {num_classes}")
     order = rng.permutation(num_classes)
@@ -329,8 +329,8 @@ def dirichlet(labels: np.ndarray, sizes: np.ndarray, num_classes: int, rng: np.r
 
     :param alpha: the concentration α > 0 (small α: few labels per client; large α: near IID).
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0 or alpha == float("inf"):
-        raise ValueError(f"partition parameter 'alpha' = {alpha!r}; allowed: a finite number > 0")
+    if real_in(alpha, 0.0, lo_open=True) is None:  # 10**400: no float (was OverflowError below)
+        raise ValueError(f"partition parameter 'alpha' = {short(alpha)}; allowed: a finite number > 0")
     proportions = rng.dirichlet(np.full(num_classes, float(alpha)), size=sizes.size)
     return _composition_partition("dirichlet", labels, sizes, proportions * sizes[:, None], rng, warn=False)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from fedsel_env.sim.limits import is_choice, short
+
 from .base import Aggregator, ClientUpdates
 from .registry import AGGREGATORS
 
@@ -31,8 +33,8 @@ class FedAvg(Aggregator):
     name = "fedavg"
 
     def __init__(self, weighting: str = "num_samples") -> None:
-        if weighting not in ("num_samples", "uniform"):
-            raise ValueError(f"fedavg parameter 'weighting' = {weighting!r}; allowed: 'num_samples', 'uniform'")
+        if not is_choice(weighting, ("num_samples", "uniform")):
+            raise ValueError(f"fedavg parameter 'weighting' = {short(weighting)}; allowed: 'num_samples', 'uniform'")
         self.weighting = weighting
 
     def aggregate(self, updates: ClientUpdates) -> torch.Tensor:

@@ -28,6 +28,8 @@ import qpsolvers
 import scipy.sparse as sp
 import torch
 
+from fedsel_env.sim.limits import is_choice, short
+
 from .base import Aggregator, ClientUpdates
 from .qfedavg import check_real
 from .registry import AGGREGATORS
@@ -93,11 +95,11 @@ class FedMGDAPlus(Aggregator):
         if isinstance(decay_every, bool) or not isinstance(decay_every, (int, np.integer)) or decay_every < 1:
             raise ValueError(f"fedmgda+ parameter 'decay_every' = {decay_every!r}; allowed: an integer ≥ 1")
         self.decay_every = int(decay_every)
-        if weighting not in ("uniform", "num_samples"):
-            raise ValueError(f"fedmgda+ parameter 'weighting' = {weighting!r}; allowed: 'uniform', 'num_samples'")
+        if not is_choice(weighting, ("uniform", "num_samples")):
+            raise ValueError(f"fedmgda+ parameter 'weighting' = {short(weighting)}; allowed: 'uniform', 'num_samples'")
         self.weighting = weighting
-        if solver not in SOLVERS:
-            raise ValueError(f"fedmgda+ parameter 'solver' = {solver!r}; allowed: {', '.join(map(repr, SOLVERS))}")
+        if not is_choice(solver, SOLVERS):
+            raise ValueError(f"fedmgda+ parameter 'solver' = {short(solver)}; allowed: {', '.join(map(repr, SOLVERS))}")
         self.solver = solver
         self.reset(torch.zeros(0))
 

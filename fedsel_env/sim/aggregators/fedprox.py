@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from fedsel_env.sim.limits import is_choice, short
+
 from .fedavg import FedAvg
 from .qfedavg import check_real
 from .registry import AGGREGATORS
@@ -33,8 +35,8 @@ class FedProx(FedAvg):
 
     def __init__(self, mu: float = 0.01, weighting: str = "num_samples") -> None:
         self.mu = check_real(self.name, "mu", mu, low=0.0)
-        if weighting not in ("num_samples", "uniform"):
-            raise ValueError(f"fedprox parameter 'weighting' = {weighting!r}; allowed: 'num_samples', 'uniform'")
+        if not is_choice(weighting, ("num_samples", "uniform")):
+            raise ValueError(f"fedprox parameter 'weighting' = {short(weighting)}; allowed: 'num_samples', 'uniform'")
         super().__init__(weighting)
 
     def local_options(self) -> Dict[str, Any]:

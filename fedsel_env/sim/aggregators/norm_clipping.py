@@ -22,11 +22,10 @@ from typing import Optional
 
 import torch
 
-from fedsel_env.sim.limits import short
+from fedsel_env.sim.limits import as_real, is_choice, short
 
 from .base import Aggregator, ClientUpdates
 from .median import coordinate_median
-from .qfedavg import as_real
 from .registry import AGGREGATORS
 
 
@@ -45,7 +44,7 @@ class NormClipping(Aggregator):
         if max_norm is not None and (m is None or not math.isfinite(m) or not m > 0):
             raise ValueError(f"norm_clipping parameter 'max_norm' = {short(max_norm)}; allowed: a finite number > 0, "
                              f"or null (the median of each round's update norms)")
-        if weighting not in ("num_samples", "uniform"):
+        if not is_choice(weighting, ("num_samples", "uniform")):
             raise ValueError(f"norm_clipping parameter 'weighting' = {short(weighting)}; allowed: 'num_samples', "
                              f"'uniform'")
         self.max_norm = m

@@ -30,7 +30,7 @@ from typing import Optional
 
 import torch
 
-from fedsel_env.sim.limits import short
+from fedsel_env.sim.limits import real_in, reals_text, short
 
 from .base import Aggregator, ClientUpdates
 from .registry import AGGREGATORS
@@ -42,27 +42,14 @@ def check_real(aggregator: str, param: str, value: object, *, low: float, low_op
                high: float = math.inf) -> float:
     """``value`` as a float, or ``ValueError`` naming ``aggregator``'s ``param`` and its range.
 
-    :param low: smallest allowed value (excluded when ``low_open``).
+    :param low: smallest allowed value (excluded when ``low_open``); a range from 0 (included) refuses -0.0.
     :param high: largest allowed value (included).
     """
-    bracket = "(" if low_open else "["
-    allowed = f"a finite real number in {bracket}{low}, {high}]" if math.isfinite(high) else \
-        f"a finite real number {'>' if low_open else '≥'} {low}"
-    v = as_real(value)
-    if v is None or not math.isfinite(v) or v < low or (low_open and v == low) or v > high:
-        raise ValueError(f"{aggregator} parameter {param!r} = {short(value)}; allowed: {allowed}")
+    v = real_in(value, low, high, lo_open=low_open)
+    if v is None:
+        raise ValueError(f"{aggregator} parameter {param!r} = {short(value)}; allowed: "
+                         f"{reals_text(low, high, lo_open=low_open, given=value)}")
     return v
-
-
-def as_real(value: object) -> Optional[float]:
-    """``value`` as a float when it is a real number (not a bool); ``inf`` for an integer beyond float's range
-    (10**400 has no float, and ``float()`` would raise ``OverflowError``); ``None`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
 
 
 def q_fair_step(global_params: torch.Tensor, directions: torch.Tensor, losses: torch.Tensor,

@@ -19,10 +19,9 @@ import math
 
 import torch
 
-from fedsel_env.sim.limits import short
+from fedsel_env.sim.limits import real_in, short
 
 from .base import Aggregator, ClientUpdates
-from .qfedavg import as_real
 from .registry import AGGREGATORS
 
 
@@ -41,8 +40,8 @@ class TrimmedMean(Aggregator):
     name = "trimmed_mean"
 
     def __init__(self, beta: float = 0.2) -> None:
-        b = as_real(beta)
-        if b is None or not 0.0 <= b < 0.5:
+        b = real_in(beta, 0.0, 0.5, hi_open=True)
+        if b is None:
             raise ValueError(f"trimmed_mean parameter 'beta' = {short(beta)}; allowed: a number in [0, 0.5) "
                              f"(the fraction of the responders removed at each end of every coordinate)")
         self.beta = b
