@@ -238,10 +238,8 @@ def per_client_scores(model: Any, obs: Dict[str, np.ndarray]) -> np.ndarray:
     """
     policy = model.policy
     tensors, _ = policy.obs_to_tensor({k: np.asarray(v) for k, v in obs.items()})
-    from .plackett_luce import PlackettLucePolicy
-
     with th.no_grad():
-        if isinstance(policy, PlackettLucePolicy):
+        if callable(getattr(policy, "logits", None)):  # agents/plackett_luce.py's policy (no import: it imports us)
             s = policy.logits(tensors)
         elif isinstance(policy, PerClientActorCriticPolicy):
             s = policy.scores(tensors)
