@@ -12,7 +12,12 @@ Each case is hostile on purpose, in one of five families, written as a YAML file
 - ``huge_int``: integers of 2,500 to 20,000 digits, either sign, in a numeric field;
 - ``plugin``: import paths that miss the plug-in's interface or misbehave (``os:system``, ``subprocess:Popen``,
   a module that calls ``sys.exit`` or raises on import, one whose model returns no ``nn.Module``, ...);
-- ``long_text``: over-long YAML text and values.
+- ``long_text``: over-long YAML text and values;
+- ``bad_value`` (issue #44): one number or one name a field reads, made hostile — an integer of 309 to 2,400
+  digits (beyond float's range, under the 8,192-bit limit), either sign; NaN, ±inf; a bool; -0.0 where the
+  range starts at 0; a list or an array of two where one name or number is expected — in the numeric and
+  name fields of the config, its ``system`` and ``adversary`` mappings and the registered components'
+  parameters (the component chosen beside it), the env built (``gym.make``) so that the components check theirs.
 
 A case passes when it raises ``ValueError`` whose message names the case's field, within ``--limit``
 seconds (default 1). The script prints each family's count and slowest case, and exits 1 on any failure.
@@ -54,6 +59,50 @@ PLUGIN_SOURCES = {
     "fuzz_plugins_raise.py": "raise RuntimeError('plug-in module failed on import')\n",
 }
 TINY = {"num_clients": 4, "clients_per_round": 2, "max_rounds": 2}
+
+#: ``bad_value``'s fields: (path, the config beside it, the list the value sits in ("" when alone; {v} marks it),
+#: whether its range starts at 0 (so -0.0 is hostile), whether it is a name, the text its refusal must name).
+_SYN = {"dataset": "synthetic", "partition": "natural", "partition_params": {}}
+BAD_VALUE_FIELDS: List[Tuple[Tuple[str, ...], Dict[str, Any], str, bool, bool, str]] = [
+    (("test_fraction",), {}, "", False, False, "test_fraction"),
+    (("quantity_skew",), {}, "", True, False, "quantity_skew"),
+    (("lr",), {}, "", False, False, "lr"),
+    (("momentum",), {}, "", True, False, "momentum"),
+    (("target_accuracy",), {}, "", False, False, "target_accuracy"),
+    (("one_mode_step",), {"action_mode": "one"}, "", False, False, "one_mode_step"),
+    (("system", "noise_std"), {}, "", True, False, "system.noise_std"),
+    (("system", "availability"), {}, "", False, False, "system.availability"),
+    (("system", "classes"), {}, "[[{v}, 1, 1]]", True, False, "system.classes"),
+    (("system", "cpu_share"), {}, "[{v}, 2.0]", False, False, "system.cpu_share"),
+    (("system", "bandwidth"), {}, "[1.0, {v}]", False, False, "system.bandwidth"),
+    (("system", "availability"), {}, "[{v}, 1, 1, 1]", False, False, "system.availability"),
+    *[(("adversary", f), {}, "", zero, False, f"adversary.{f}")
+      for f, zero in (("attacker_fraction", True), ("loss_scale", True), ("loss_shift", False),
+                      ("update_scale", False), ("update_bias", True), ("dropout", True), ("straggler_fraction", True),
+                      ("straggler_scale", False), ("straggler_shape", False), ("deadline", False))],
+    (("dataset_params", "alpha"), _SYN, "", True, False, "dataset_params.alpha"),
+    (("dataset_params", "beta"), _SYN, "", True, False, "dataset_params.beta"),
+    (("dataset_params", "noisy_clients"), {}, "", True, False, "dataset_params.noisy_clients"),
+    (("partition_params", "sigma"), {"partition": "sigma"}, "", False, False, "sigma"),
+    (("partition_params", "alpha"), {"partition": "dirichlet"}, "", False, False, "alpha"),
+    (("model_params", "hidden"), {"model": "mlp"}, "", False, False, "hidden"),
+    (("aggregator_params", "q"), {"aggregator": "qfedavg"}, "", True, False, "'q'"),
+    (("aggregator_params", "mu"), {"aggregator": "fedprox"}, "", True, False, "'mu'"),
+    (("aggregator_params", "epsilon"), {"aggregator": "fedmgda+"}, "", True, False, "'epsilon'"),
+    (("aggregator_params", "beta"), {"aggregator": "trimmed_mean"}, "", True, False, "'beta'"),
+    (("aggregator_params", "max_norm"), {"aggregator": "norm_clipping"}, "", False, False, "max_norm"),
+    (("reward_params", "xi"), {"reward": "favor"}, "", False, False, "xi"),
+    (("reward_params", "scale"), {"reward": "accuracy_gain"}, "", False, False, "scale"),
+    (("reward_params", "time_weight"), {"reward": "time_penalised"}, "", True, False, "time_weight"),
+    (("observation",), {}, "", False, True, "observation"),
+    (("action_mode",), {}, "", False, True, "action_mode"),
+    (("init",), {}, "", False, True, "init"),
+    (("adversary", "straggler_distribution"), {}, "", False, True, "adversary.straggler_distribution"),
+    (("dataset_params", "label_noise"), {}, "", False, True, "dataset_params.label_noise"),
+    (("aggregator_params", "weighting"), {"aggregator": "fedavg"}, "", False, True, "weighting"),
+    (("aggregator_params", "solver"), {"aggregator": "fedmgda+"}, "", False, True, "solver"),
+    (("reward_params", "objective"), {"reward": "objective"}, "", False, True, "objective"),
+]
 
 
 def _nest(path: Tuple[str, ...], value: Any) -> Any:
@@ -118,6 +167,44 @@ def huge_int(rng: np.random.Generator, form: str) -> Tuple[str, Callable[[], Any
     return field, lambda: make_config(parse_yaml(f"{field}: {value}\n", "config file 'fuzz.yml'"))
 
 
+def _fill(template: Any, value: Any) -> Any:
+    """``template`` (nested lists) with its ``"MARK"`` replaced by ``value``."""
+    if isinstance(template, list):
+        return [_fill(t, value) for t in template]
+    return value if template == "MARK" else template
+
+
+def bad_value(rng: np.random.Generator, form: str) -> Tuple[str, Callable[[], Any]]:
+    path, beside, shape, from_zero, is_name, named = BAD_VALUE_FIELDS[rng.integers(len(BAD_VALUE_FIELDS))]
+    kinds = ["array"] if is_name else ["big", "nan", "inf", "bool", "array"] + (["-0.0"] if from_zero else [])
+    kind = kinds[rng.integers(len(kinds))]
+    digits = int(rng.integers(309, 2401))
+    sign = "-" if rng.random() < 0.3 else ""
+    py: Any = {"big": int(sign + "9" * digits), "nan": float("nan"), "inf": float(sign + "inf"),
+               "bool": bool(rng.random() < 0.5), "-0.0": -0.0,
+               "array": (np.array(["dict", "flat"]) if is_name else np.array([0.5, 0.5]))}[kind]
+    text = {"big": sign + "9" * digits, "nan": ".nan", "inf": sign + ".inf", "bool": str(py).lower(), "-0.0": "-0.0",
+            "array": "[dict, flat]" if is_name else "[0.5, 0.5]"}[kind]
+    if shape:  # the value inside a list (system.classes, cpu_share, ...): the same list around it in each form
+        py = _fill(parse_yaml(shape.format(v="MARK"), "fuzz value"), py)
+        text = shape.format(v=text)
+
+    def build(overrides: Dict[str, Any]) -> None:
+        gym.make("fedsel/FedSelect-Tiny-v0", config={**TINY, **overrides}).reset(seed=0)
+
+    if form == "dict":
+        return named, lambda: build({**beside, path[0]: _nest(path[1:], py)})
+    value = _yaml_nest(path[1:], text)
+    if form == "kv":
+        from fedsel_eval.params import parse_params
+
+        items = [f"{k}={v}" for k, v in beside.items() if isinstance(v, str)] + [f"{path[0]}={value}"]
+        items += [f"{k}={{}}" for k, v in beside.items() if v == {}]
+        return named, lambda: build(parse_params(items, "--env-kwargs"))
+    lines = "".join(f"{k}: {v if isinstance(v, str) else '{}'}\n" for k, v in beside.items())
+    return named, lambda: build(parse_yaml(lines + f"{path[0]}: {value}\n", "config file 'fuzz.yml'"))
+
+
 def plugin(rng: np.random.Generator, form: str) -> Tuple[str, Callable[[], Any]]:
     field = PLUGIN_FIELDS[rng.integers(len(PLUGIN_FIELDS))]
     path = PLUGIN_PATHS[rng.integers(len(PLUGIN_PATHS))]
@@ -133,7 +220,8 @@ def long_text(rng: np.random.Generator, form: str) -> Tuple[str, Callable[[], An
 
 
 FAMILIES: Dict[str, Callable[[np.random.Generator, str], Tuple[str, Callable[[], Any]]]] = {
-    "alias_bomb": alias_bomb, "deep": deep, "huge_int": huge_int, "plugin": plugin, "long_text": long_text}
+    "alias_bomb": alias_bomb, "deep": deep, "huge_int": huge_int, "plugin": plugin, "long_text": long_text,
+    "bad_value": bad_value}
 FORMS = ("yaml", "kv", "dict")
 
 
