@@ -1,6 +1,7 @@
 """Evaluate client-selection policies head to head on the same federations (docs/SPEC.md §1, §5).
 
-    python evaluate.py                                        # every hand-written agent, default preset, 5 seeds
+    python evaluate.py                                        # the first look: where selection matters (~3 min)
+    python evaluate.py --env default                          # every hand-written agent, default preset, 5 seeds
     python evaluate.py --env tiny --policy random --policy afl --seeds 0 1 2 3 4
     python evaluate.py --policy all --policy runs/train/favor_default_seed0     # + a trained FAVOR model
     python evaluate.py --policy random --policy rbcsf:v=10,beta=0.1 --policy fast=rbcsf:v=50
@@ -10,6 +11,12 @@
     python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
     python evaluate.py --config configs/eval/hetero_system.yaml --ray auto    # episodes as tasks on a Ray cluster
     python evaluate.py --suite bench --policy pow_d --scenarios Churn,Large   # FedSelect-Bench leaderboard (docs/BENCHMARK.md)
+
+With no argument that says what to evaluate (only where to write it, ``--resume`` / ``--overwrite``, ``--n-envs``,
+``--no-plots``, ``--no-progress``) it runs ``--suite first-look`` (:data:`fedsel_eval.bench.FIRST_LOOK`): every
+heuristic, random and the lookahead oracle live on three digits scenarios of FedSelect-Bench where selection
+matters, six seeds each, and prints and draws the leaderboard. The default preset is not it: there no policy
+differs from random by more than the noise of a few seeds (docs/EVALUATION.md, "The first look").
 
 The script reads top to bottom (CleanRL style):
 1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
@@ -35,6 +42,9 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
 DEFAULT_SEEDS = [0, 1, 2, 3, 4]
+#: options that keep a run the first look (``--suite first-look``) when they are all that is given: where it is
+#: written and how it is shown, not what is evaluated
+FIRST_LOOK_OPTIONS = {"name", "out", "runs_dir", "resume", "overwrite", "n_envs", "torch_threads", "plots", "progress"}
 
 
 # ---------------------------------------------------------------------------------------------- 1. args
@@ -88,17 +98,19 @@ class Args:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     list: bool = field(default=False, metadata={"help": "list the agents, backends and presets, then exit"})
     suite: Optional[str] = field(default=None, metadata={
-        "help": "'bench': run the policies (plus random and the lookahead oracle) over FedSelect-Bench's scenarios "
-                "and print the leaderboard (docs/BENCHMARK.md); --seeds default: the reference's seeds"})
+        "help": "'bench': run the policies (plus random, the lookahead oracle and every heuristic) over "
+                "FedSelect-Bench's scenarios and print the leaderboard (docs/BENCHMARK.md); --seeds default: the "
+                "reference's seeds. 'first-look': three digits scenarios, six seeds, every episode played live "
+                "(what evaluate.py runs with no arguments; docs/EVALUATION.md)"})
     scenarios: Optional[str] = field(default=None, metadata={
         "help": "with --suite bench: comma-separated scenario names (default: all)"})
 
 
-def _numbered_folder(runs_dir: Path, name: str, latest: bool) -> Path:
-    """``runs_dir/name``, ``name-2``, ``name-3``…: the latest that holds a run (``latest``) or the first free one."""
-    def holds_run(p: Path) -> bool:
-        return (p / "config.json").exists()
+def _numbered_folder(runs_dir: Path, name: str, latest: bool, holds_run: Any = None) -> Path:
+    """``runs_dir/name``, ``name-2``, ``name-3``…: the latest that holds a run (``latest``) or the first free one.
 
+    :param holds_run: whether a folder holds a run (default: it has an evaluation's ``config.json``)."""
+    holds_run = holds_run or (lambda p: (p / "config.json").exists())
     candidates = [runs_dir / name] + [runs_dir / f"{name}-{i}" for i in range(2, 10_000)]
     used = [p for p in candidates if holds_run(p)]
     if latest:
@@ -134,6 +146,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
             parser.add_argument(flag, type=int if "int" in kind else float if "float" in kind else str,
                                 default=None, help=helptext)
     given = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    if set(given) <= FIRST_LOOK_OPTIONS:  # nothing says what to evaluate: the first look
+        given["suite"] = "first-look"
     values = dict(defaults)
     if given.get("config"):
         from_file = load_eval_config(given["config"])
@@ -151,12 +165,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
 
 
 def list_choices() -> str:
-    """What can be evaluated: registered agents, backends, presets and env ids."""
+    """What can be evaluated: registered agents, backends, presets, every registered env id and the suites."""
+    import inspect
+
+    import gymnasium as gym
+
     import agents
+    import fedsel_env
+    from fedsel_env.bench import SCENARIOS
     from fedsel_env.sim.aggregators import AGGREGATORS
     from fedsel_env.config import ENV_IDS, PRESETS
-
-    import inspect
+    from fedsel_eval.bench import SUITES
 
     lines = ["agents (--policy NAME[:KEY=VALUE,...]):"]
     for n in sorted(agents.AGENTS):
@@ -166,6 +185,12 @@ def list_choices() -> str:
         lines.append(f"  {n}: modes {list(cls.supported_modes)}; params {', '.join(params) or 'none'}")
     lines.append("backends (--aggregator): " + ", ".join(sorted(AGGREGATORS)))
     lines.append("presets (--env): " + ", ".join(f"{p} ({ENV_IDS.get(p, '-')})" for p in PRESETS))
+    bench_ids = {sc.env_id: f"FedSelect-Bench {sc.name}: {sc.objective}" for sc in SCENARIOS.values()}
+    about = {**{v: f"preset {k}" for k, v in ENV_IDS.items()}, **bench_ids,
+             fedsel_env.MO_ENV_ID: "the default preset with the vector reward (MO-Gymnasium)"}
+    lines.append("env ids (--env, gym.make):")
+    lines += [f"  {i}: {about.get(i, 'registered')}" for i in sorted(gym.registry) if i.startswith("fedsel/")]
+    lines.append("suites (--suite): " + ", ".join(sorted(SUITES)) + "; --scenarios: " + ", ".join(SCENARIOS))
     return "\n".join(lines)
 
 
@@ -193,6 +218,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
 
     # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
+    if env_name in ("default", "fedsel/FedSelect-v0") and not args.env_kwargs:
+        print("note: the default preset has little headroom for selection: on a few seeds no policy differs from "
+              "random by more than the noise (docs/EVALUATION.md). `evaluate.py` alone runs the first look, on "
+              "scenarios where selection matters.")
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     if args.out:
         out = Path(args.out)
@@ -220,24 +249,43 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
 
 
 def _bench(args: Args) -> Path:
-    """``--suite bench``: FedSelect-Bench's leaderboard (``fedsel_eval.bench``); resumable in its folder."""
-    from fedsel_eval.bench import run_suite
+    """``--suite bench`` / ``first-look``: a leaderboard over FedSelect-Bench's scenarios (``fedsel_eval.bench``),
+    in a run folder found as a plain evaluation's is (numbered when taken; ``--resume`` continues the latest)."""
+    import time
+
+    from fedsel_eval.bench import SUITES, check_suite_folder, run_suite, suite_files
     from fedsel_env.bench import select
 
-    if args.suite != "bench":
-        raise ValueError(f"--suite {args.suite!r} is invalid: the one suite is 'bench' (with --scenarios a,b)")
-    select(args.scenarios)  # an unknown scenario: refused before anything runs
-    policies = [p for p in args.policy if p != "all"]
-    if not args.policy or "all" in args.policy:
-        from fedsel_env.env import FedSelectEnv
-        from fedsel_eval import hand_written_agents
-
-        policies += hand_written_agents(FedSelectEnv(preset="tiny").selection_spec)[0]  # every scenario is topk
-    out = Path(args.out) if args.out else Path(args.runs_dir) / (args.name or "bench")
-    seeds = None if args.seeds == DEFAULT_SEEDS else args.seeds
-    run_suite(out, policies, args.scenarios, seeds, rounds=args.rounds, plots=args.plots,
-              log=print if args.progress else (lambda _line: None), n_envs=args.n_envs)
-    print(f"outputs in {out}")
+    suite = args.suite or "bench"  # --scenarios alone: the bench suite
+    if suite not in SUITES:
+        raise ValueError(f"--suite {args.suite!r} is invalid: expected one of {sorted(SUITES)} (with --scenarios a,b)")
+    preset = SUITES[suite]
+    scenarios = args.scenarios or preset["scenarios"]
+    select(scenarios)  # an unknown scenario: refused before anything runs
+    policies = [p for p in args.policy if p != "all"]  # every heuristic is always shown beside them
+    if args.out:
+        out = Path(args.out)
+    elif args.name or args.overwrite:
+        out = Path(args.runs_dir) / (args.name or suite)
+    else:  # numbered, as a plain evaluation's: a rerun starts a new folder (or continues the latest: --resume)
+        out = _numbered_folder(Path(args.runs_dir), suite, latest=args.resume,
+                               holds_run=lambda p: bool(suite_files(p)))
+    if not args.overwrite:  # a folder that holds a suite run: refused before anything runs
+        check_suite_folder(out, resume=args.resume)
+    seeds = args.seeds if args.seeds != DEFAULT_SEEDS else preset["seeds"]
+    title = (f"**First look** (`evaluate.py`, `--suite first-look`): every heuristic, random and the lookahead "
+             f"oracle on {', '.join(sc.name for sc in select(scenarios))}, every episode played here; normalised "
+             f"score 0 = random, 1 = the oracle.") if suite == "first-look" else ""
+    if suite == "first-look":
+        print(f"{title}\nRuns a few minutes (docs/EVALUATION.md); each episode is printed as it ends.")
+    started = time.time()
+    run_suite(out, policies, scenarios, seeds, rounds=args.rounds, plots=args.plots,
+              log=print if args.progress else (lambda _line: None), n_envs=args.n_envs, resume=args.resume,
+              overwrite=args.overwrite, reuse_reference=preset["reuse_reference"], title=title,
+              torch_threads=args.torch_threads)
+    print("\n" + (out / "leaderboard.md").read_text())
+    print(f"{time.time() - started:.0f} s; outputs in {out} (leaderboard.md, .json" +
+          (", .png)" if args.plots else ")"))
     return out
 
 

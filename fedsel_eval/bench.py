@@ -335,7 +335,8 @@ def normalised_interval(random: np.ndarray, oracle: np.ndarray, policy: np.ndarr
 
 
 def summarise(run: ScenarioRun) -> Dict[str, Any]:
-    """Per policy: objective CI, censored count, normalised score CI; the scenario's headroom CI."""
+    """Per policy: objective CI, censored count, the paired difference from random (``vs_random``: policy − random
+    per seed, objective units, Student-t CI), normalised score CI; the scenario's headroom CI."""
     sc = run.scenario
     by: Dict[str, Dict[int, float]] = {}
     censored: Dict[str, int] = {}
@@ -356,6 +357,7 @@ def summarise(run: ScenarioRun) -> Dict[str, Any]:
     out["low_headroom"] = not (head.lo > 0)
     for p, v in vec.items():
         out["policies"][p] = {"objective": vars(bootstrap_ci(v, missed=censored.get(p, 0))),
+                              "vs_random": vars(t_interval(v - vec["random"])),
                               "normalised": vars(normalised_interval(vec["random"], vec["lookahead"], v)),
                               "mean_wall_s": float(np.mean(wall[p]))}
     return out
@@ -393,12 +395,13 @@ def leaderboard_markdown(summaries: Sequence[Mapping[str, Any]], policies: Optio
         flag = " — **low-headroom**" if s["low_headroom"] else ""
         lines.append(f"**{s['scenario']}** (`{s['env_id']}`), {s['objective']} ({arrow}), seeds "
                      f"{_seed_range(s['seeds'])}: headroom {_cell(s['headroom'], '+' + f)}{flag}\n")
-        lines.append("| policy | objective [95% CI] | normalised score [95% CI] |")
-        lines.append("|---|---:|---:|")
+        lines.append("| policy | objective [95% CI] | Δ vs random [95% CI] | normalised score [95% CI] |")
+        lines.append("|---|---:|---:|---:|")
         names = [p for p in (policies or sorted(s["policies"])) if p in s["policies"]]
         for p in sorted(names, key=lambda q: -_finite(s["policies"][q]["normalised"]["mean"])):
             v = s["policies"][p]
-            lines.append(f"| {p} | {_cell(v['objective'], f)} | {_cell(v['normalised'], '+.2f')} |")
+            delta = "—" if p == "random" or "vs_random" not in v else _cell(v["vs_random"], "+" + f)
+            lines.append(f"| {p} | {_cell(v['objective'], f)} | {delta} | {_cell(v['normalised'], '+.2f')} |")
         lines.append("")
     means = mean_normalised(summaries)
     if means:
@@ -407,8 +410,39 @@ def leaderboard_markdown(summaries: Sequence[Mapping[str, Any]], policies: Optio
         lines.append("|---|---:|---:|")
         for p, v in sorted(means.items(), key=lambda kv: -kv[1]["mean"]):
             lines.append(f"| {p} | {v['mean']:+.2f} | {v['scenarios']} |")
+    verdicts = versus_random(summaries)
+    if verdicts:
+        lines.append("\n**Against random** (Δ vs random: the policy's objective minus random's on the same seed, "
+                     "mean with its paired 95% Student-t CI, one interval per policy, not adjusted for the "
+                     "number of policies; ahead / behind: the CI wholly on the better / worse side of 0; the "
+                     "lookahead oracle is privileged and left out):\n")
+        lines += [f"- {v}" for v in verdicts]
     lines.append("\n`*`: some episodes missed Ω and count as the cap (a bound).")
     return "\n".join(lines)
+
+
+def versus_random(summaries: Sequence[Mapping[str, Any]]) -> List[str]:
+    """Per scenario, the deployable policies whose paired difference from random (``vs_random``) has a 95% CI
+    wholly on one side of 0: ahead of random (best first, with the difference and its CI) and behind it."""
+    out = []
+    for s in summaries:
+        if "headroom" not in s:
+            continue
+        lower, f = s["lower_is_better"], objective_format(s["objective"])
+        ahead, behind = [], []
+        for p, v in s["policies"].items():
+            if p in ("random", "lookahead") or "vs_random" not in v:
+                continue
+            lo, hi = _nan(v["vs_random"]["lo"]), _nan(v["vs_random"]["hi"])  # NaN (one seed): neither
+            if (hi < 0) if lower else (lo > 0):
+                ahead.append((p, v["vs_random"]))
+            elif (lo > 0) if lower else (hi < 0):
+                behind.append(p)
+        ahead.sort(key=lambda x: x[1]["mean"] * (1 if lower else -1))
+        text = ", ".join(f"`{p}` {_cell(iv, '+' + f)}" for p, iv in ahead) or "none"
+        out.append(f"{s['scenario']} ({s['objective']}, {'lower' if lower else 'higher'} is better): ahead "
+                   f"{text}; behind {', '.join(f'`{p}`' for p in sorted(behind)) or 'none'}")
+    return out
 
 
 def _finite(x: Any) -> float:
@@ -508,30 +542,101 @@ def _nan(x: Any) -> float:
 
 
 # ============================================================================================ the suite
+#: the files of a suite's run folder besides its scenarios' ``episodes.jsonl``
+LEADERBOARD_FILES = ("leaderboard.md", "leaderboard.json", "leaderboard.png")
+
+#: ``evaluate.py`` with no arguments, or ``--suite first-look`` (issue #45): a few minutes' live look at where
+#: selection matters — three digits scenarios whose headroom CI excludes 0 in the reference, six reporting seeds,
+#: every heuristic with random and the oracle, every episode played (none taken from the committed reference)
+FIRST_LOOK: Dict[str, Any] = {"scenarios": ["NoisyLabels", "FreeRiders", "Stragglers"],
+                              "seeds": [9000, 9001, 9002, 9003, 9004, 9005]}
+#: the suites ``evaluate.py --suite`` runs: name → (scenarios, seeds, reuse the committed reference's rows)
+SUITES: Dict[str, Dict[str, Any]] = {
+    "bench": {"scenarios": None, "seeds": None, "reuse_reference": True},
+    "first-look": {**FIRST_LOOK, "reuse_reference": False},
+}
+
+
+def heuristic_policies() -> List[str]:
+    """Every hand-written agent that acts with its defaults in the scenarios' ``topk`` mode (random included; the
+    oracle and the agents that need a model left out): what a suite shows beside the policies it is given."""
+    from fedsel_env.env import FedSelectEnv
+
+    from .policies import hand_written_agents
+
+    return hand_written_agents(FedSelectEnv(preset="tiny").selection_spec)[0]  # every scenario acts in topk
+
+
+def suite_files(out: Path) -> List[Path]:
+    """What a suite run left in ``out``: its leaderboard files and its scenarios' episode files."""
+    from fedsel_env.bench import SCENARIOS
+
+    out = Path(out)
+    found = [out / n for n in LEADERBOARD_FILES if (out / n).is_file()]
+    return found + [out / n / EPISODES for n in SCENARIOS if (out / n / EPISODES).is_file()]
+
+
+def check_suite_folder(out: Path, resume: bool = False, overwrite: bool = False) -> None:
+    """Refuse a folder that holds a suite run unless ``resume`` (its episodes are kept, the leaderboard rewritten
+    with the new ones) or ``overwrite`` (its leaderboard and episode files are deleted first) — as a plain
+    evaluation's run folder is never silently overwritten (``fedsel_eval.run_folder.RunFolder.open``).
+
+    :raises ValueError: naming the folder, what it holds and the three ways on.
+    """
+    if resume and overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    found = suite_files(out)
+    if found and overwrite:
+        for f in found:
+            f.unlink()
+    elif found and not resume:
+        shown = ", ".join(str(f.relative_to(out)) for f in found[:4]) + (", …" if len(found) > 4 else "")
+        raise ValueError(f"run folder {str(out)!r} already holds a suite run ({shown}): pass --resume to continue "
+                         f"it (its episodes are kept; the leaderboard is rewritten with the new ones), --overwrite "
+                         f"to start over, or another --name / --out")
+
+
 def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: Optional[Sequence[int]] = None,
               rounds: Optional[int] = None, deadline: float = math.inf, lookahead: str = "",
-              plots: bool = True, log: Callable[[str], Any] = print, n_envs: int = 1) -> List[Dict[str, Any]]:
-    """``evaluate.py --suite bench``: ``policies`` (plus random and the oracle) on each scenario; leaderboard.
+              plots: bool = True, log: Callable[[str], Any] = print, n_envs: int = 1, resume: bool = False,
+              overwrite: bool = False, heuristics: bool = True, reuse_reference: bool = True,
+              title: str = "", torch_threads: Optional[int] = 1) -> List[Dict[str, Any]]:
+    """``evaluate.py --suite bench``: ``policies`` (plus random, the oracle and every heuristic) on each scenario;
+    the leaderboard.
 
     :param seeds: default: the committed reference's seeds of each scenario, else the first 5 reporting seeds.
     :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
     :param n_envs: episodes played at once through the vector env (the same rows).
-    :return: the per-scenario summaries (also in ``<out>/leaderboard.json``, ``.md`` and ``.png``).
-    :raises ValueError: when another run holds ``out`` (a second ``--suite bench`` on the same ``--out``).
+    :param resume: continue the suite run in ``out`` (its episodes kept); without it (or ``overwrite``) a folder
+        that holds one is refused (:func:`check_suite_folder`).
+    :param heuristics: show every hand-written agent (:func:`heuristic_policies`) beside ``policies``.
+    :param reuse_reference: take matching rows of the committed reference instead of playing them.
+    :param title: a paragraph above the leaderboard in ``leaderboard.md`` (what was run).
+    :param torch_threads: torch (and BLAS) threads of the whole run (None: the caller's). The env computes on its
+        config's, but the oracle plays rounds on the federation directly: on torch's default of one thread a core,
+        with the cores busy, its episodes took 10-18x longer (38-63 s against 3.5 s on 2 cores at load 7).
+    :return: the per-scenario summaries (also in ``<out>/leaderboard.json``, ``.md`` and ``.png``; ``evaluate.py``
+        prints the ``.md``).
+    :raises ValueError: when another run holds ``out`` (a second ``--suite bench`` on the same ``--out``), or
+        ``out`` holds a suite run and neither ``resume`` nor ``overwrite`` is given.
     """
     scs = select(scenarios)
     out = Path(out)
-    with lock_run_folder(out, "evaluate.py --suite bench"):  # a second suite on the same --out is refused
-        return _suite(out, scs, policies, seeds, rounds, deadline, lookahead, plots, log, n_envs)
+    from fedsel_env.threads import torch_threads as threads
+
+    with lock_run_folder(out, "evaluate.py --suite bench"), threads(torch_threads):  # a second suite on one --out
+        check_suite_folder(out, resume=resume, overwrite=overwrite)                    # is refused
+        shown = list(dict.fromkeys([*(heuristic_policies() if heuristics else []), *policies]))
+        return _suite(out, scs, shown, seeds, rounds, deadline, lookahead, plots, log, n_envs,
+                      reference_rows() if reuse_reference else [], title)
 
 
 def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: Optional[Sequence[int]],
            rounds: Optional[int], deadline: float, lookahead: str, plots: bool, log: Callable[[str], Any],
-           n_envs: int) -> List[Dict[str, Any]]:
-    """:func:`run_suite` with ``out`` locked."""
+           n_envs: int, reuse: Sequence[Mapping[str, Any]], title: str) -> List[Dict[str, Any]]:
+    """:func:`run_suite` with ``out`` locked and checked."""
     from fedsel_env.bench import REPORTING_SEEDS
 
-    reuse = reference_rows()
     summaries = []
     for sc in scs:
         cfg = sc.env_config()
@@ -540,14 +645,14 @@ def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: O
         todo = list(dict.fromkeys([*reference_policies(sc, lookahead), *policies]))
         these = seeds
         if these is None:
-            ref = sorted({r["seed"] for r in reuse if r["scenario"] == sc.name and r["policy"] == "lookahead"})
+            ref = sorted({r["seed"] for r in reference_rows() if r["scenario"] == sc.name
+                          and r["policy"] == "lookahead"})
             these = ref or REPORTING_SEEDS[:5]
         run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log, n_envs=n_envs)
         summaries.append(summarise(run))
     md = leaderboard_markdown(summaries)
-    atomic_write_text(out / "leaderboard.md", md + "\n")
+    atomic_write_text(out / "leaderboard.md", (f"{title}\n\n" if title else "") + md + "\n")
     atomic_write_text(out / "leaderboard.json", json.dumps(jsonable(summaries), indent=1) + "\n")
     if plots:
         plot_leaderboard(summaries, out / "leaderboard.png")
-    log(md)
     return summaries

@@ -202,13 +202,16 @@ def test_suite_runs_resumes_and_writes_the_leaderboard(tmp_path):
 
     args = ["--suite", "bench", "--scenarios", "Churn", "--policy", "rpow_d", "--rounds", "2", "--seeds", "0", "1",
             "--out", str(tmp_path), "--no-progress"]
+    from fedsel_eval.bench import heuristic_policies
+
     evaluate.main(args)
     lines = (tmp_path / "Churn" / "episodes.jsonl").read_text().splitlines()
-    assert len(lines) == 6  # random, lookahead, rpow_d × 2 seeds
+    played = 2 * (len(heuristic_policies()) + 1)  # every heuristic (rpow_d among them) and the oracle × 2 seeds
+    assert len(lines) == played
     md = (tmp_path / "leaderboard.md").read_text()
     assert "Churn" in md and "rpow_d" in md and (tmp_path / "leaderboard.png").is_file()
-    evaluate.main(args)  # resumed: nothing replayed
-    assert len((tmp_path / "Churn" / "episodes.jsonl").read_text().splitlines()) == 6
+    evaluate.main(args + ["--resume"])  # resumed: nothing replayed (without --resume: refused, issue #45)
+    assert len((tmp_path / "Churn" / "episodes.jsonl").read_text().splitlines()) == played
 
 
 def test_calibrated_target_follows_favor_study_rule():

@@ -64,7 +64,10 @@ def test_evaluate_script_option_and_bench_suite(tmp_path):
         return out
 
     one, three = rows(tmp_path / "b1"), rows(tmp_path / "b3")
-    assert len(one) == 6 and one == three  # random, lookahead, pow_d × 2 seeds
+    from fedsel_eval.bench import heuristic_policies
+
+    # every heuristic (random and pow_d among them) and the oracle × 2 seeds
+    assert len(one) == 2 * (len(heuristic_policies()) + 1) and one == three
 
 
 def test_idle_slots_deadline_and_bad_n_envs():
