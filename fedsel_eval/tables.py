@@ -2,8 +2,9 @@
 and CSV (``main_table.csv``, ``fairness_table.csv``), and every episode's metrics (``episodes.csv``).
 
 Owns the columns and their wording, the number formats, and the width: the Markdown is padded into
-aligned columns, no line longer than :data:`WIDTH` characters (a long policy label is shortened in the
-middle and written in full under the table), so it reads the same in a terminal and rendered.
+aligned columns, no line longer than :data:`WIDTH` characters where the labels allow it (a long policy label
+loses whole words from its middle, never part of a name, and is written in full under the table), so it reads
+the same in a terminal and rendered.
 The numbers come from :class:`fedsel_eval.results.Results`.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 #: The longest line of the Markdown tables and their notes (characters).
 WIDTH = 120
 #: The longest policy label shown in a table cell (longer ones, or shorter ones when the table would be
-#: wider than :data:`WIDTH`, are cut in the middle there and given in full below).
+#: wider than :data:`WIDTH`, lose whole words from their middle there and are given in full below).
 LABEL_WIDTH = 26
 #: Number formats of the tables' metrics.
 FORMATS = {"rounds_to_target": ".1f", "time_to_target": ".0f", "final_accuracy": ".3f", "jain_index": ".3f",
@@ -47,12 +49,44 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) 
     return "\n".join([line(headers), rule] + [line(r) for r in rows])
 
 
+#: where a label may be shortened (issue #45): after one of these, so that no name is cut — the parts of an agent
+#: spec (``rbcsf:``, ``v=10,``, ``beta=0.1``: a parameter stays with its value) or a path; a label that is one name is shortened between its words (``_``, ``-``)
+NAME_END = re.compile(r"(?<=[:,/() ])")
+WORD_END = re.compile(r"(?<=[_\-])")
+
+
 def short_label(label: str, width: int = LABEL_WIDTH) -> str:
-    """``label`` cut to ``width`` characters in the middle (``…``), so both ends stay readable."""
+    """``label`` shortened towards ``width`` characters by leaving out whole names from its middle (``…``): names
+    end at ``: , / ( )`` or a space (a label that is one name: its words, ending at ``_`` or ``-``), the first
+    and the last are always kept and the others added to the head and the tail in turn while they fit, so no
+    name is cut in the middle (before issue #45 a label was cut at a character count). A label of one word is
+    kept whole, however long."""
     if len(label) <= width:
         return label
-    head = (width - 1) // 2
-    return label[:head] + "…" + label[len(label) - (width - 1 - head):]
+    words = [w for w in NAME_END.split(label) if w]
+    if len(words) == 1:
+        words = [w for w in WORD_END.split(label) if w]
+    if len(words) < 3:  # nothing in the middle to leave out
+        return label
+    head, tail, i, j = [words[0]], [words[-1]], 1, len(words) - 2
+    while i <= j:
+        grew = False
+        for side in ("head", "tail"):
+            if i > j:
+                break
+            word = words[i] if side == "head" else words[j]
+            if sum(map(len, head + tail)) + 1 + len(word) > width:
+                continue
+            if side == "head":
+                head, i, grew = head + [word], i + 1, True
+            else:
+                tail, j, grew = [word] + tail, j - 1, True
+        if not grew:
+            break
+    if i > j:  # nothing left out
+        return label
+    short = "".join(head) + "…" + "".join(tail)
+    return short if len(short) < len(label) else label
 
 
 def _wrap(text: str) -> str:
@@ -60,8 +94,8 @@ def _wrap(text: str) -> str:
 
 
 def _fit(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> tuple:
-    """The table with its first two columns (policy, backend) cut in the middle until its lines fit in
-    :data:`WIDTH` (not below 10 characters), and the notes that give the cut labels in full."""
+    """The table with its first two columns (policy, backend) shortened (:func:`short_label`) until its lines fit
+    in :data:`WIDTH` (not below 10 characters), and the notes that give the shortened labels in full."""
     table, cut = md_table(headers, rows, align), {}
     for width in range(LABEL_WIDTH, 9, -1):
         shown = [[short_label(r[0], width), short_label(r[1], max(width // 2, 10))] + list(r[2:]) for r in rows]
