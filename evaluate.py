@@ -15,8 +15,8 @@
 With no argument that says what to evaluate (only where to write it, ``--resume`` / ``--overwrite``, ``--n-envs``,
 ``--no-plots``, ``--no-progress``) it runs ``--suite first-look`` (:data:`fedsel_eval.bench.FIRST_LOOK`): every
 heuristic, random and the lookahead oracle live on three digits scenarios of FedSelect-Bench where selection
-matters, six seeds each, and prints and draws the leaderboard. The default preset is not it: there no policy
-differs from random by more than the noise of a few seeds (docs/EVALUATION.md, "The first look").
+matters, six seeds each, and prints and draws the leaderboard. The default preset (``--env default``) is not
+it: there no policy beats random by more than the noise of a few seeds (docs/EVALUATION.md, Quick start).
 
 The script reads top to bottom (CleanRL style):
 1. the arguments (:class:`Args`), over those of an eval config file (``--config``);
@@ -219,9 +219,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
     if env_name in ("default", "fedsel/FedSelect-v0") and not args.env_kwargs:
-        print("note: the default preset has little headroom for selection: on a few seeds no policy differs from "
-              "random by more than the noise (docs/EVALUATION.md). `evaluate.py` alone runs the first look, on "
-              "scenarios where selection matters.")
+        print("note: the default preset has little headroom for selection: on a few seeds no policy reaches the "
+              "target in fewer rounds than random beyond the noise (docs/EVALUATION.md). `evaluate.py` alone runs "
+              "the first look, on scenarios where selection matters.")
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     if args.out:
         out = Path(args.out)
