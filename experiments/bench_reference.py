@@ -142,7 +142,7 @@ def _load(path: Path) -> Dict[str, Any]:
 
 
 def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: argparse.Namespace) -> None:
-    from fedsel_eval.bench import plot_leaderboard
+    from fedsel_eval.leaderboard import plot_leaderboard
     from fedsel_eval.run_folder import jsonable
 
     chunk["seconds"] = time.time() - started
@@ -184,7 +184,7 @@ def record_summaries(path: Path = RESULTS) -> List[Dict[str, Any]]:
 
 def figure(args: argparse.Namespace) -> None:
     """``--part figure``: :data:`FIGURE` redrawn from the committed record (``--no-publish``: into ``--out``)."""
-    from fedsel_eval.bench import plot_leaderboard
+    from fedsel_eval.leaderboard import plot_leaderboard
 
     target = Path(args.out) / "bench_reference.png" if args.no_publish else FIGURE
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -247,7 +247,7 @@ def to_record(doc: Mapping[str, Any]):
 def reference_table(doc: Mapping[str, Any]) -> str:
     """The reference table: per scenario, random, the best heuristic, the oracle, the headroom; then every
     policy's normalised score per scenario, and the cost of an episode."""
-    from fedsel_eval.bench import mean_normalised, objective_format
+    from fedsel_eval.leaderboard import mean_normalised, objective_format
     from fedsel_eval.stats import Interval
 
     scen = doc.get("scenarios", {})

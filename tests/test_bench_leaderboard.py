@@ -1,4 +1,4 @@
-"""FedSelect-Bench's leaderboard (``fedsel_eval/bench.py``, issue #45): the figure's CI bars span the CIs, scores
+"""FedSelect-Bench's leaderboard (``fedsel_eval/leaderboard.py``, issue #45): the figure's CI bars span the CIs, scores
 beyond the axis are drawn at its edge with their numbers."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from fedsel_eval import bench
+from fedsel_eval import leaderboard  # plot_leaderboard was in fedsel_eval/leaderboard.py before issue #45
 
-LIMIT = getattr(bench, "PLOT_LIMIT", 3.0)  # the axis: ±3 (before issue #45 a literal in plot_leaderboard)
+LIMIT = leaderboard.PLOT_LIMIT  # the axis: ±3
 
 def _summary(scores):
     return {"scenario": "FreeRiders", "env_id": "fedsel/Bench-FreeRiders-v0", "objective": "rounds_to_target",
@@ -33,7 +33,7 @@ def _drawn(monkeypatch, tmp_path, scores):
     caught = []
     save = matplotlib.figure.Figure.savefig
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: (caught.append(fig), save(fig, *a, **k)))
-    bench.plot_leaderboard([_summary(scores)], tmp_path / "leaderboard.png")
+    leaderboard.plot_leaderboard([_summary(scores)], tmp_path / "leaderboard.png")
     assert (tmp_path / "leaderboard.png").stat().st_size > 0
     return caught[0].axes[0]
 
@@ -86,10 +86,10 @@ def test_a_score_beyond_the_edge_is_drawn_there_with_its_numbers(monkeypatch, tm
 
 
 def test_ci_marks_on_small_cases():
-    assert bench.ci_marks(0.5, 0.2, 0.8) == {"bar": (0.2, 0.8), "cut_left": False, "cut_right": False,
+    assert leaderboard.ci_marks(0.5, 0.2, 0.8) == {"bar": (0.2, 0.8), "cut_left": False, "cut_right": False,
                                              "point": 0.5, "off_axis": False}
-    assert bench.ci_marks(-11.46, -32.3, -6.66) == {"bar": None, "cut_left": False, "cut_right": False,
+    assert leaderboard.ci_marks(-11.46, -32.3, -6.66) == {"bar": None, "cut_left": False, "cut_right": False,
                                                     "point": -3.0, "off_axis": True}
-    assert bench.ci_marks(-3.67, -10.8, -1.97)["bar"] == (-3.0, -1.97)
-    assert bench.ci_marks(-3.67, -10.8, -1.97)["cut_left"]
-    assert bench.ci_marks(1.0, math.nan, math.nan)["bar"] is None  # one seed: no interval
+    assert leaderboard.ci_marks(-3.67, -10.8, -1.97)["bar"] == (-3.0, -1.97)
+    assert leaderboard.ci_marks(-3.67, -10.8, -1.97)["cut_left"]
+    assert leaderboard.ci_marks(1.0, math.nan, math.nan)["bar"] is None  # one seed: no interval

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 import evaluate
-from fedsel_eval import bench
+from fedsel_eval import bench, leaderboard
 
 #: a smoke-sized suite run: one digits scenario, 2 rounds, one seed
 SMOKE = ["--suite", "bench", "--scenarios", "Churn", "--rounds", "2", "--seeds", "0", "--no-progress", "--no-plots"]
@@ -109,8 +109,8 @@ def test_versus_random_names_the_policies_whose_paired_ci_excludes_zero():
          "policies": {"random": iv(0, 0, 0), "lookahead": iv(-7, -13, -1), "kcenter_cover": iv(-5.2, -9.0, -1.0),
                       "pow_d": iv(-8.0, -12.0, -4.0), "afl": iv(28, 12, 44), "qffl": iv(-3.3, -11.7, 5.0),
                       "one_seed": iv(-3.0, None, None)}}
-    assert bench.versus_random([s]) == ["NoisyLabels (rounds_to_target, lower is better): ahead `pow_d` -8.0 "
+    assert leaderboard.versus_random([s]) == ["NoisyLabels (rounds_to_target, lower is better): ahead `pow_d` -8.0 "
                                         "[-12.0, -4.0], `kcenter_cover` -5.2 [-9.0, -1.0]; behind `afl`"]
     churn = {**s, "scenario": "Churn", "objective": "acc_worst10", "lower_is_better": False}
-    assert bench.versus_random([churn]) == ["Churn (acc_worst10, higher is better): ahead `afl` +28.000 "
+    assert leaderboard.versus_random([churn]) == ["Churn (acc_worst10, higher is better): ahead `afl` +28.000 "
                                             "[+12.000, +44.000]; behind `kcenter_cover`, `pow_d`"]
