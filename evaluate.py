@@ -218,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
 
     # 2. the run folder's path (nothing is written before the plan is checked)
     env_name = args.env if isinstance(args.env, str) else Path(args.config or "custom").stem
-    if env_name in ("default", "fedsel/FedSelect-v0") and not args.env_kwargs:
+    if env_name in ("default", "fedsel/FedSelect-v0"):  # the default preset, with or without --env-kwargs
         print("note: the default preset has little headroom for selection: on a few seeds no policy reaches the "
               "target in fewer rounds than random beyond the noise (docs/EVALUATION.md). `evaluate.py` alone runs "
               "the first look, on scenarios where selection matters.")

@@ -114,3 +114,12 @@ def test_versus_random_names_the_policies_whose_paired_ci_excludes_zero():
     churn = {**s, "scenario": "Churn", "objective": "acc_worst10", "lower_is_better": False}
     assert leaderboard.versus_random([churn]) == ["Churn (acc_worst10, higher is better): ahead `afl` +28.000 "
                                             "[+12.000, +44.000]; behind `kcenter_cover`, `pow_d`"]
+
+
+def test_a_run_on_the_default_preset_says_it_has_little_headroom(tmp_path, capsys):
+    evaluate.main(["--env", "default", "--env-kwargs", "max_rounds=1", "--policy", "random", "--seeds", "0",
+                   "--out", str(tmp_path / "d"), "--no-plots", "--no-progress"])
+    assert "the default preset has little headroom" in capsys.readouterr().out
+    evaluate.main(["--env", "tiny", "--policy", "random", "--seeds", "0", "--out", str(tmp_path / "t"), "--no-plots",
+                   "--no-progress"])
+    assert "little headroom" not in capsys.readouterr().out
