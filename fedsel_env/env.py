@@ -1,18 +1,16 @@
 """FedSelect: the federated-learning process as one Gymnasium environment (docs/SPEC.md §2).
 
-An episode is one FL training job: a fresh global model w_0, FAVOR's profiling round
-(every client trains one epoch; a PCA with d components is fitted on the N + 1 weight
-vectors and kept fixed), then one step per communication round until the global test
-accuracy reaches Ω (``terminated``) or the round budget runs out or the model diverges
-(``truncated``).
+An episode is one FL training job: a fresh global model w_0, FAVOR's profiling round (every client trains one
+epoch; a PCA with d components is fitted on the N + 1 weight vectors and kept fixed), then one step per
+communication round until the global test accuracy reaches Ω (``terminated``) or the round budget runs out or
+the model diverges (``truncated``); a step after that is refused until ``reset``.
 
-The env is glue, as in HighwayEnv: the simulator (:class:`~fedsel_env.sim.federation.Federation`)
-plays rounds and reports what a server receives; the server view
-(:class:`~fedsel_env.server_view.ServerView`) keeps the records and builds the observation
-(``weights`` (N+1, d), ``clients`` (N, F), ``progress`` (2,); ``observation: flat`` concatenates
-``flat_parts``); the reward is named in the config (``fedsel_env/rewards.py``, FAVOR's
-Ξ^(acc−Ω) − 1 by default; ``reward: vector`` gives a vector of objectives and a ``reward_space``,
-MO-Gymnasium's convention: ``fedsel_env/objectives.py``); ``fedsel_env/episode_info.py`` builds ``info``.
+The env is glue, as in HighwayEnv: the simulator (:class:`~fedsel_env.sim.federation.Federation`) plays rounds
+and reports what a server receives; the server view (:class:`~fedsel_env.server_view.ServerView`) keeps the
+records and builds the observation (``weights`` (N+1, d), ``clients`` (N, F), ``progress`` (2,); ``observation:
+flat`` concatenates ``flat_parts``); the reward is named in the config (``fedsel_env/rewards.py``: FAVOR's
+Ξ^(acc−Ω) − 1 by default, a bench objective with ``reward: objective``; ``reward: vector`` gives a vector of
+objectives and a ``reward_space``, MO-Gymnasium's convention); ``fedsel_env/episode_info.py`` builds ``info``.
 """
 from __future__ import annotations
 
@@ -43,9 +41,8 @@ class FedSelectEnv(gym.Env):
     :param config: overrides of ``fedsel_env.config.DEFAULT_CONFIG`` (a dict; may name a ``preset``).
     :param preset: a preset name from ``fedsel_env.config.PRESETS`` applied before ``config``.
     :param render_mode: unused (no rendering); accepted for Gymnasium's API.
-    :param fields: config fields as keyword arguments, merged over ``config`` — so
-        ``gym.make("fedsel/FedSelect-v0", num_clients=50)`` and rl-zoo3's ``--env-kwargs num_clients:50``
-        work as written; an unknown name is a ``ValueError`` listing the fields.
+    :param fields: config fields as keyword arguments, merged over ``config`` (``gym.make(id, num_clients=50)``,
+        rl-zoo3's ``--env-kwargs num_clients:50``); an unknown name is a ``ValueError`` listing the fields.
     """
 
     metadata = {"render_modes": []}
@@ -70,8 +67,7 @@ class FedSelectEnv(gym.Env):
         self.action_mode = ACTION_MODES.lookup(cfg["action_mode"])(self.num_clients, self.k)
         self.action_space = self.action_mode.space()
         self.server_step = server_step(cfg)  #: the fraction of a communication round one step stands for
-        #: steps per episode: the round budget in steps
-        self.max_steps = max(1, math.ceil(cfg["max_rounds"] / self.server_step - 1e-9))
+        self.max_steps = max(1, math.ceil(cfg["max_rounds"] / self.server_step - 1e-9))  #: the round budget in steps
         # The data, hence the model's size and the observation's shapes, are fixed per config: build one
         # federation with a seed from the config so the spaces are known before reset.
         self._federations: Dict[int, Federation] = {}
@@ -120,8 +116,7 @@ class FedSelectEnv(gym.Env):
         broken = self.view.start(report, pca_seed=pca)
         self.view.open_round(fed.open_round())
         self.tally = EpisodeTally(fed.adversary, profiling_time=report.round_time, profiling_diverged=broken)
-        self._round, self._clock = 0, 0.0
-        self._ended = False
+        self._round, self._clock, self._ended = 0, 0.0, False
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
     reset = on_env_threads(inline(reset_steps))  # Gymnasium's reset: reset_steps with its training done here
@@ -145,11 +140,10 @@ class FedSelectEnv(gym.Env):
     step = on_env_threads(inline(step_steps))  # Gymnasium's step: step_steps with its training done here
 
     def _decode(self, action: Any) -> np.ndarray:
-        if self.federation is None:
-            raise RuntimeError("call reset() before step()")
-        if self._ended:  # no round past the budget or the target: the episode's numbers would be wrong
-            raise RuntimeError(f"the episode ended (terminated or truncated) at step {self._round} of {self.max_steps}: "
-                               f"call reset() to start a new one before step()")
+        if self.federation is None or self._ended:  # no round past the budget or the target: wrong numbers
+            raise RuntimeError("call reset() before step()" if self.federation is None else f"the episode ended "
+                               f"(terminated or truncated) at step {self._round} of {self.max_steps}: call reset() to "
+                               f"start a new one before step()")
         return self.action_mode.decode(action, self.view.available)
 
     def _count_round(self) -> bool:
@@ -161,17 +155,15 @@ class FedSelectEnv(gym.Env):
         """The round into the view's and the episode's records; what the reward reads of it."""
         prev_acc, prev_part, prev_client_acc = \
             self.view.accuracy, self.view.participation.copy(), self.view.client_accuracies
-        prev_clock = self._clock
+        prev_clock, self._clock = self._clock, float(report.clock)
         self.view.record(report)
         self.tally.record(report)
-        self._clock = float(report.clock)
         return RoundOutcome(self.view.accuracy, prev_acc, self.config["target_accuracy"], report.round_time,
                             self._round, self.view.participation, prev_part, self.view.client_accuracies,
                             prev_client_acc, clock=self._clock, prev_clock=prev_clock)
 
-    def _reward(self, outcome: RoundOutcome) -> Any:
-        reward = self.reward_fn(outcome)
-        return reward if hasattr(self, "reward_space") else float(reward)
+    def _reward(self, outcome: RoundOutcome) -> Any:  # a vector reward as it is, a scalar one as a float
+        return self.reward_fn(outcome) if hasattr(self, "reward_space") else float(self.reward_fn(outcome))
 
     @on_env_threads
     def query_losses(self, clients: Any) -> np.ndarray:
