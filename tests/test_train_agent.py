@@ -203,7 +203,7 @@ def cut_member(zip_path: Path, member: str = "policy.pth") -> None:
 def test_damaged_or_missing_checkpoint_files_name_the_file_and_the_fix(tiny_run, tmp_path):
     """Issue #15, item 7: a missing or truncated replay buffer, a policy.pth cut short inside a valid
     checkpoint zip: a ValueError naming the file and what to do, not FileNotFoundError('….pkl.pkl'),
-    UnpicklingError or torch's RuntimeError."""
+    UnpicklingError, EOFError or torch's RuntimeError."""
     import shutil
     from types import SimpleNamespace
 
@@ -220,7 +220,7 @@ def test_damaged_or_missing_checkpoint_files_name_the_file_and_the_fix(tiny_run,
                            r"resume from the checkpoint before it, ckpt_100_steps.zip"),
         "truncated buffer": (lambda c: (c / "ckpt_replay_buffer_200_steps.pkl").write_bytes(
                                  (c / "ckpt_replay_buffer_200_steps.pkl").read_bytes()[:5000]),
-                             r"cannot load the replay buffer .*ckpt_replay_buffer_200_steps\.pkl' \(UnpicklingError"),
+                             r"cannot load the replay buffer .*ckpt_replay_buffer_200_steps\.pkl' \((UnpicklingError|EOFError)"),
         "policy.pth cut short": (lambda c: cut_member(c / "ckpt_200_steps.zip"),
                                  r"cannot load checkpoint '.*ckpt_200_steps\.zip' \(RuntimeError: .*\); delete"),
     }
