@@ -36,11 +36,12 @@ from fedsel_eval.stats import holm  # noqa: E402
 RESULT = ROOT / "experiments" / "results" / "bench_rl.json"
 TRAIN_SEEDS = (0, 1, 2)
 N_ENVS = 16
-#: design → its --algo, its hyper-parameter overrides (chosen on tuning seeds: docs/TRAINING.md) and its env steps
-#: (one step = one round) per scenario, fixed before any reporting episode was played
+#: design → its --algo, its hyper-parameter overrides (chosen on Stragglers' tuning seeds: docs/TRAINING.md, the
+#: quick start) and its env steps (one step = one round) per scenario, fixed before any reporting episode was played.
+#: Stragglers' pl_ppo is the README's quick start, measured by bench/quickstart.py (experiments/results/quickstart.json)
 DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo": {"algo": "pl_ppo", "hyperparams": ["learning_rate:0.001", "gamma:0.9", "n_steps:32", "n_epochs:8"],
-               "steps": {"Stragglers": 16384}},
+               "steps": {"FreeRiders": 16384, "NoisyLabels": 16384, "Churn": 16384}},
 }
 #: --smoke: Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
