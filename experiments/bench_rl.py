@@ -186,15 +186,18 @@ def _t_p(per_seed: Sequence[float]) -> float:
 
 
 def table(rec: records.Record) -> str:
+    digits = "1"  # rounds and seconds to one decimal, accuracies to three (set per row below)
+
     def ci(v: Sequence[Optional[float]]) -> str:
-        return "—" if None in v else f"[{v[0]:+.1f}, {v[1]:+.1f}]"
+        return "—" if None in v else f"[{v[0]:+.{digits}f}, {v[1]:+.{digits}f}]"
 
     def num(x: Optional[float], spec: str) -> str:
-        return "—" if x is None else format(x, spec)
+        return "—" if x is None else format(x, spec.replace(".1f", f".{digits}f"))
 
     lines = ["| scenario | design | mean | Δ vs random, across seeds (conditional) | Δ vs best heuristic, across seeds "
              "(conditional) | p_holm | normalised (best heuristic's) |", "|---|---|---:|---|---|---:|---:|"]
     for e in rec.notes["leaderboard"]:
+        digits = "1" if e["objective"] in ("rounds_to_target", "time_to_target") else "3"
         lines.append(f"| {e['scenario']} | `{e['policy']}` | {num(e['mean'], '.1f')} | "
                      f"{num(e['delta_vs_random'], '+.1f')} {ci(e['delta_vs_random_ci_across'])} "
                      f"({ci(e['delta_vs_random_ci'])}) | {num(e['delta_vs_best_heuristic'], '+.1f')} "
