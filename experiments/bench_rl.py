@@ -41,9 +41,9 @@ N_ENVS = 16
 #: Stragglers' pl_ppo is the README's quick start, measured by bench/quickstart.py (experiments/results/quickstart.json)
 DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo": {"algo": "pl_ppo", "hyperparams": ["learning_rate:0.001", "gamma:0.9", "n_steps:32", "n_epochs:8"],
-               "steps": {"FreeRiders": 16384, "NoisyLabels": 16384, "Churn": 16384}},
+               "steps": {"FreeRiders": 16384, "NoisyLabels": 16384, "Churn": 16384}, "sampled": True},
 }
-#: --smoke: Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
+#: --smoke: pl_ppo on Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
          "seeds": [9000, 9001]}
 
@@ -76,7 +76,8 @@ def part_train(args: argparse.Namespace) -> None:
                 cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", d["algo"], "--env", sc.env_id,
                        "--n-envs", str(args.n_envs), "--vec-env", "batched", "-n", str(args.steps or d["steps"][name]),
                        "--seed", str(seed), "--runs-dir", str(folder.parent), "--name", folder.name,
-                       "--no-progress-bar", "--eval-freq", "0", "--hyperparams", *d["hyperparams"], "--env-kwargs",
+                       "--no-progress-bar", "--eval-freq", "0", *(["--hyperparams", *d["hyperparams"]] if d["hyperparams"]
+                                                                   else []), "--env-kwargs",
                        f"pca_components={SelectionSpec.pca_width({**DEFAULT_CONFIG, **sc.env_config()})}",
                        "federation_seed=null", *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]]
                 if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
@@ -105,7 +106,9 @@ def policies(args: argparse.Namespace, name: str) -> List[str]:
         runs = [run_folder(args.out, design, name, t) for t in args.train_seeds]
         if (name in d["steps"] or args.smoke) and all(finished(f) for f in runs):
             for t, f in zip(args.train_seeds, runs):
-                out += [f"{design}_s{t}={f}", f"{design}_sampled_s{t}=per_client:model_path={f / 'model.zip'},sample=true"]
+                out.append(f"{design}_s{t}={f}")
+                if d["sampled"]:  # a Plackett-Luce model also as the stochastic policy it was trained as
+                    out.append(f"{design}_sampled_s{t}=per_client:model_path={f / 'model.zip'},sample=true")
     return out
 
 
@@ -246,6 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     if args.smoke:
         args.scenarios, args.overrides, args.steps = [SMOKE["scenario"]], SMOKE["overrides"], SMOKE["steps"]
+        args.designs = ["pl_ppo"]
         args.n_envs, args.train_seeds, args.seeds, args.no_publish = SMOKE["n_envs"], SMOKE["train_seeds"], \
             SMOKE["seeds"], True
     if args.part in ("train", "all"):
