@@ -152,6 +152,7 @@ def read_zip_data(path: Union[str, Path], what: str = "model") -> Dict[str, Any]
                                  f"{DEFAULT_FIX}")
             with z.open(info) as f:
                 raw = f.read(MAX_DATA_BYTES + 1)
+    # what zipfile raises on a damaged, cut, encrypted (RuntimeError) or unsupported-compression archive
     except (OSError, zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError) as e:
         raise ValueError(f"cannot load {what} {str(path)!r} ({_reason(e)}); {DEFAULT_FIX}") from None
     data = parse_json(raw, where)

@@ -286,7 +286,7 @@ vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).sp
 cap = vm + (1 << 30)
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 class Hang(Exception):
-    pass
+    """A load that ran past the alarm."""
 def alarm(signum, frame):
     raise Hang()
 signal.signal(signal.SIGALRM, alarm)

@@ -86,7 +86,7 @@ class _Placeholder:
         return _Placeholder()
 
     def __setstate__(self, state: Any) -> None:
-        pass
+        """Drop the state: a placeholder stays inert whatever the stream sets on it."""
 
 
 def _legacy_storage_bytes(b: bytes) -> int:
