@@ -186,6 +186,37 @@ def report(rec: Any) -> str:
             f"model, so expect the spread across seeds, not one seed's number.")
 
 
+TUNING = ROOT / "experiments" / "results" / "quickstart_tuning.json"
+
+
+def tuning_record(runs: List[str], out: Path) -> Any:
+    """The quick start's settings as they were chosen: ``train_agent.py --algo pl_ppo`` runs on Stragglers (PCA width
+    5), each played on tuning seeds 100-107 sampled and as top-K beside random; one row per episode in
+    ``experiments/results/quickstart_tuning.json`` (the run folders are named in its config)."""
+    from fedsel_env.bench import scenario
+    from fedsel_eval import records
+    from fedsel_eval.bench import run_scenario
+
+    seeds = list(range(100, 108))
+    policies = ["random"]
+    for i, run in enumerate(runs):
+        policies += [f"run{i}=per_client:model_path={Path(run) / 'model.zip'},sample=true",
+                     f"run{i}_top=per_client:model_path={Path(run) / 'model.zip'}"]
+    cfg = {**scenario(SCENARIO).env_config(), "pca_components": 5}
+    played = run_scenario(out / "tuning", scenario(SCENARIO), policies, seeds, cfg, log=lambda line: print(line))
+    rec = records.Record("quickstart_tuning", config={"scenario": SCENARIO, "tuning_seeds": seeds, "runs": runs,
+                                                      "pca_components": 5})
+    chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "bench")),
+                      note="two pl_ppo tuning runs (16,384 rounds, training seed 0): the first settings, then "
+                           "learning_rate 1e-3, gamma 0.9, n_steps 32, n_epochs 8")
+    for row in played.rows:
+        rec.add_row(chunk, policy=row["policy"], seed=row["seed"], value=row["value"], censored=row["censored"],
+                    rounds=row["rounds"], reached=row["reached"], sim_time=row["sim_time"])
+    for p in dict.fromkeys(r["policy"] for r in played.rows):
+        rec.summarise(f"{p} mean seconds to Ω on tuning seeds 100-107", "mean", "value", where={"policy": p})
+    return rec
+
+
 def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train-seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -198,7 +229,13 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
                                                                "experiments/results/ and the README")
     ap.add_argument("--report-only", action="store_true", help="only write the README's and TRAINING.md's paragraph "
                                                                 "from the committed record")
+    ap.add_argument("--tuning-runs", nargs="+", default=None, metavar="RUN",
+                    help="only play these train_agent.py run folders on the tuning seeds into quickstart_tuning.json")
     args = ap.parse_args(argv)
+    if args.tuning_runs:
+        rec = tuning_record(args.tuning_runs, Path(args.out))
+        rec.write(TUNING)
+        return {"record": str(TUNING)}
     if args.report_only:
         from fedsel_eval import records
         from fedsel_eval.bench import splice_doc
