@@ -4,6 +4,7 @@
 #   bash scripts/wheels.sh .wheels          # on a machine with network: the wheels (and Fashion-MNIST)
 #   bash bench/gpu_check.sh .wheels         # on the GPU machine, from the checkout's root
 #   bash bench/gpu_check.sh .wheels --full  # the same, with the whole test suite (`pytest -q`) first
+#   bash bench/gpu_check.sh .wheels --scale # issue #43 only: bench scenarios at E = 1,024, train_agent.py steps/s
 #
 # Its Python (PYTHON, default python3) must hold a CUDA build of torch and the scientific stack; the
 # project's other dependencies are installed from WHEELDIR (pip --no-index, into /tmp/fedsel-site, put
@@ -25,6 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELDIR=${1:-}
 FULL=0; [ "${2:-}" = "--full" ] && FULL=1
+SCALE=0; [ "${2:-}" = "--scale" ] && SCALE=1
 PYTHON=${PYTHON:-python3}
 LOG=${LOG:-${OUT:-.}/gpu_check.log}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -90,6 +92,18 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
     if [ "$CUDA" = 1 ]; then stage "$@"; else say ""; say "=== $1: no CUDA here, not run"; fi
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
+if [ "$SCALE" = 1 ]; then  # issue #43: FedSelect-Bench at RL scale (docs/PERFORMANCE.md, "At RL scale")
+    cuda_stage "bench/bench_scale.py: digits bench scenarios, batched E = 1,024 on cuda" 260 "$PYTHON" \
+        bench/bench_scale.py --device cuda --sizes 1024 --no-single --seconds 5 \
+        --scenarios Stragglers Churn NoisyLabels FreeRiders
+    cuda_stage "bench/bench_scale.py: QuantitySkew and Large, E = 64 and 256 on cuda" 100 "$PYTHON" \
+        bench/bench_scale.py --device cuda --sizes 64 256 --no-single --seconds 5 --scenarios QuantitySkew Large
+    cuda_stage "bench/bench_scale.py --train: pl_ppo and pc_dqn through train_agent.py on cuda, E = 1,024" 200 \
+        "$PYTHON" bench/bench_scale.py --train --device cuda --n-envs 1024 --scenarios Stragglers
+    say ""
+    say "=== gpu_check.sh --scale done, $(date -u +%FT%TZ)"
+    exit 0
+fi
 if [ "$FULL" = 1 ]; then
     XDIST=()
     "$PYTHON" -c "import xdist" 2>/dev/null && XDIST=(-n 8 --dist loadfile)
