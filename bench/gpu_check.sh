@@ -93,13 +93,13 @@ cuda_stage() {  # a stage that needs CUDA: "no CUDA" without it
 }
 PYTEST=("$PYTHON" -m pytest -q -rs -p no:cacheprovider)
 if [ "$SCALE" = 1 ]; then  # issue #43: FedSelect-Bench at RL scale (docs/PERFORMANCE.md, "At RL scale")
-    cuda_stage "bench/bench_scale.py: digits bench scenarios, batched E = 1,024 on cuda" 260 "$PYTHON" \
+    cuda_stage "bench/bench_scale.py: digits bench scenarios, batched E = 1,024 on cuda" 230 "$PYTHON" \
         bench/bench_scale.py --device cuda --sizes 1024 --no-single --seconds 5 \
-        --scenarios Stragglers Churn NoisyLabels FreeRiders
-    cuda_stage "bench/bench_scale.py: QuantitySkew and Large, E = 64 and 256 on cuda" 100 "$PYTHON" \
-        bench/bench_scale.py --device cuda --sizes 64 256 --no-single --seconds 5 --scenarios QuantitySkew Large
-    cuda_stage "bench/bench_scale.py --train: pl_ppo and pc_dqn through train_agent.py on cuda, E = 1,024" 200 \
-        "$PYTHON" bench/bench_scale.py --train --device cuda --n-envs 1024 --scenarios Stragglers
+        --scenarios Churn NoisyLabels FreeRiders Stragglers
+    cuda_stage "bench/bench_scale.py: QuantitySkew and Large, E = 64 on cuda" 70 "$PYTHON" \
+        bench/bench_scale.py --device cuda --sizes 64 --no-single --seconds 5 --scenarios QuantitySkew Large
+    cuda_stage "bench/bench_scale.py --train: pl_ppo and pc_dqn through train_agent.py on cuda, E = 512" 200 \
+        "$PYTHON" bench/bench_scale.py --train --device cuda --n-envs 512 --scenarios Stragglers
     say ""
     say "=== gpu_check.sh --scale done, $(date -u +%FT%TZ)"
     exit 0
