@@ -131,15 +131,6 @@ def greedy_eval(model: Any, cfg: DistillConfig) -> List[float]:
         env.close()
 
 
-def es_play(env: Any, sc: Any, theta: np.ndarray, seeds: Sequence[int], queries: int = 0) -> tuple:
-    """set_es's (set_es_q's) episode loop: the weights ``theta`` deployed on each seed's episode (``fedsel_eval``,
-    which binds the agent to the env for its loss queries), their objectives and the env rounds they took."""
-    from agents.set_es import SetESAgent
-    from fedsel_eval.bench import objectives
-
-    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta, queries=queries), seeds)
-
-
 def train_sb3(args: argparse.Namespace, name: str, seed: int, design: str = "pc_dqn") -> None:
     """``train_agent.py --algo <design's>`` on the scenario (its own PCA width, so the model deploys on it unchanged),
     a new federation every episode, ``PC_DQN_ENVS`` sub-envs of the batched vector env; resumes a cut run."""
@@ -178,7 +169,7 @@ def part_train(args: argparse.Namespace, deadline: float) -> None:
                                   env_overrides=dict(args.overrides), eval_seeds=list(TUNING_SEEDS),
                                   eval_every=1 if args.smoke else 5,
                                   queries=min(2 * k, n) if args.design == "set_es_q" else 0, **extra)
-                summary = train_es(es_cfg, run_folder(args.out, name, seed, args.design), es_play, deadline=deadline)
+                summary = train_es(es_cfg, run_folder(args.out, name, seed, args.design), deadline=deadline)
                 print(f"{name} seed {seed}: {summary}", flush=True)
                 continue
             if args.design in SB3_DESIGNS:

@@ -44,7 +44,7 @@ from agents.training.atomic import append_line, atomic_write_bytes, lock_run_fol
 from .leaderboard import leaderboard_markdown, plot_leaderboard
 from .policies import build_policy, parse_policy
 from .run_folder import atomic_write_text, jsonable
-from .stats import Interval, bootstrap_ci
+from .stats import Interval, bootstrap_ci, t_interval
 
 EPISODES = "episodes.jsonl"
 REFERENCE_JSON = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench_reference.json"
@@ -108,16 +108,11 @@ def row_key(row: Mapping[str, Any]) -> Tuple[Any, ...]:
 def objectives(env: Any, sc: Scenario, make_policy: Callable[[Any], Any],
                seeds: Sequence[int]) -> Tuple[List[float], int]:
     """The scenario's objective of the policy ``make_policy(spec)`` builds, on each seed's episode of ``env``
-    (:func:`fedsel_eval.episodes.run_episode`; a missed Ω counts as the cap), and the env rounds they took in all.
-    ``set_es``'s trainer plays its candidates with it (``experiments/bench_learned.py``)."""
-    from .episodes import run_episode
+    (a missed Ω counts as the cap), and the env rounds they took in all: :func:`fedsel_env.rollout.scenario_objectives`,
+    the loop the trainers play (``agents/training/set_es.py``)."""
+    from fedsel_env.rollout import scenario_objectives
 
-    values, rounds = [], 0
-    for s in seeds:
-        rec = run_episode(env, None, int(s), make_policy=make_policy)
-        values.append(float(episode_objective(sc, rec)[0]))
-        rounds += int(rec["metrics"]["rounds"])
-    return values, rounds
+    return scenario_objectives(env, sc, make_policy, seeds)
 
 
 def splice_doc(doc: Path, name: str, text: str) -> None:
@@ -306,20 +301,6 @@ def episode_row(sc: Scenario, cfg: Mapping[str, Any], sha: str, label: str, text
 
 
 # ============================================================================================ statistics
-def t_interval(x: Sequence[float], confidence: float = 0.95) -> Interval:
-    """Mean with its Student-t interval (no interval below two values)."""
-    from scipy import stats
-
-    x = np.asarray([v for v in x if v is not None and math.isfinite(v)], dtype=np.float64)
-    if x.size < 2:
-        return Interval(float(x.mean()) if x.size else math.nan, math.nan, math.nan, int(x.size))
-    mean, sem = float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
-    if sem == 0:
-        return Interval(mean, mean, mean, int(x.size))
-    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
-    return Interval(mean, float(lo), float(hi), int(x.size))
-
-
 def normalised_interval(random: np.ndarray, oracle: np.ndarray, policy: np.ndarray, seed: int = 0) -> Interval:
     """The normalised score of the means with a percentile-bootstrap 95% CI, seeds resampled in triples."""
     n = random.size

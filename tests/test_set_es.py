@@ -8,16 +8,10 @@ import pytest
 
 import agents
 from agents.set_es import SetESAgent, param_names, standardise, token_names
-from agents.training.set_es import ESConfig, check_training_seeds, make_search, rank_fitness, train
+from agents.training.set_es import (ESConfig, ESEpisode, SerialMapper, check_training_seeds, make_search, play_episode,
+                                    rank_fitness, train)
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
-
-
-def _play(env, sc, theta, seeds, queries=0):
-    """The trainer's episode loop, as experiments/bench_learned.py gives it."""
-    from fedsel_eval.bench import objectives
-
-    return objectives(env, sc, lambda spec: SetESAgent(spec, model=theta, queries=queries), seeds)
 
 
 def test_standardise_uses_the_available_clients_and_zeroes_constant_columns():
@@ -155,7 +149,7 @@ def test_set_es_q_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="queries"):
         ESConfig(scenario="Churn", queries=-1)
     with pytest.raises(ValueError, match="queries"):
-        train(_tiny(queries=1), tmp_path / "q", _play, log=lambda _l: None)
+        train(_tiny(queries=1), tmp_path / "q", log=lambda _l: None)
     env.close()
 
 
@@ -169,13 +163,13 @@ def _tiny(**kw):
 def test_training_is_deterministic_and_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     cfg = _tiny()
     state = np.random.get_state()
-    a = train(cfg, tmp_path / "a", _play, log=lambda _l: None)
+    a = train(cfg, tmp_path / "a", log=lambda _l: None)
     assert np.array_equal(np.random.get_state()[1], state[1])   # the caller's numpy generator is left alone
-    b = train(cfg, tmp_path / "b", _play, log=lambda _l: None, deadline=-1)
+    b = train(cfg, tmp_path / "b", log=lambda _l: None, deadline=-1)
     assert b["generations_done"] == 0 and not b["complete"]
     np.random.seed(12345)                                        # the caller moving numpy's generator changes nothing
-    assert train(cfg, tmp_path / "b", _play, log=lambda _l: None, stop_after=1)["generations_done"] == 1
-    done = train(cfg, tmp_path / "b", _play, log=lambda _l: None)
+    assert train(cfg, tmp_path / "b", log=lambda _l: None, stop_after=1)["generations_done"] == 1
+    done = train(cfg, tmp_path / "b", log=lambda _l: None)
     assert a["complete"] and done["complete"] and a["training_episodes"] == done["training_episodes"] == 3 * 3 * 2
     strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"}  # noqa: E731
                        for x in (p / "progress.jsonl").read_text().splitlines()]
@@ -186,16 +180,47 @@ def test_training_is_deterministic_and_a_resumed_run_equals_an_uninterrupted_one
     assert list(pol_a["params"].values()) == pa[-1]["mean"] and pol_a["generations"] == 3
 
 
+class _PicklingMapper(SerialMapper):
+    """A mapper as a remote one would see the work: every task and result through pickle, each task counted."""
+
+    def __init__(self):
+        self.tasks = []
+
+    def map(self, fn, items):
+        import pickle
+
+        self.tasks.extend(items)
+        return [pickle.loads(pickle.dumps(fn(pickle.loads(pickle.dumps(x))))) for x in items]
+
+
+def test_a_generation_is_a_list_of_picklable_episodes_and_any_mapper_gives_the_same_run(tmp_path):
+    """set_es's generation is P candidates × E federations of :class:`ESEpisode` tasks (plus the curve's), played
+    through ``mapper.map(play_episode, tasks)``; a mapper that pickles each task and result (as Ray's does) gives the
+    run of the default serial mapper bit for bit (issue #46)."""
+    cfg = _tiny(generations=2)
+    mapper = _PicklingMapper()
+    train(cfg, tmp_path / "serial", log=lambda _l: None)
+    train(cfg, tmp_path / "mapped", log=lambda _l: None, mapper=mapper)
+    for f in ("set_es.json", "config.json"):
+        assert (tmp_path / "serial" / f).read_bytes() == (tmp_path / "mapped" / f).read_bytes()
+    train_tasks = [t for t in mapper.tasks if t.seed not in cfg.eval_seeds]
+    assert len(train_tasks) == 2 * 3 * 2 and all(isinstance(t, ESEpisode) for t in mapper.tasks)   # G × P × E
+    assert [t.seed for t in train_tasks[:6]] == [cfg.episode_seed(0, j) for _ in range(3) for j in range(2)]
+    assert len(mapper.tasks) == 2 * 3 * 2 + len(cfg.eval_seeds)        # the curve at the end, on the tuning seeds
+    t = mapper.tasks[0]
+    assert play_episode(t) == play_episode(ESEpisode(**{**t.__dict__}))   # a task's result is its own seed's
+
+
 def test_a_log_that_does_not_replay_is_refused(tmp_path):
     cfg = _tiny(generations=1)
-    train(cfg, tmp_path, _play, log=lambda _l: None)
+    train(cfg, tmp_path, log=lambda _l: None)
     rows = [json.loads(x) for x in (tmp_path / "progress.jsonl").read_text().splitlines()]
     rows[0]["candidates"][0][0] += 1.0
     (tmp_path / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ValueError, match="does not replay"):
-        train(cfg, tmp_path, _play, log=lambda _l: None)
+        train(cfg, tmp_path, log=lambda _l: None)
     with pytest.raises(ValueError, match="another config"):
-        train(_tiny(generations=1, episodes=3), tmp_path, _play, log=lambda _l: None)
+        train(_tiny(generations=1, episodes=3), tmp_path, log=lambda _l: None)
 
 
 @pytest.mark.parametrize("kw, match", [({"generations": 0}, "generations = 0"), ({"sigma0": 0.0}, "sigma0 = 0.0"),
@@ -215,7 +240,7 @@ def test_training_never_plays_a_bench_federation():
 def test_the_trained_policy_deploys_through_the_registry_and_fedsel_eval(tmp_path):
     from fedsel_eval.episodes import run_episode
 
-    train(_tiny(generations=1), tmp_path / "m", _play, log=lambda _l: None)
+    train(_tiny(generations=1), tmp_path / "m", log=lambda _l: None)
     env = _churn_env(max_rounds=3)
     rec = run_episode(env, None, 100, make_policy=lambda spec: agents.make("set_es", spec, model=str(tmp_path / "m")))
     assert rec["metrics"]["rounds"] == 3

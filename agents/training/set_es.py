@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from fedsel_env.rollout import forget_env, keep_env
+
 from .atomic import append_line, atomic_write_text, pin_run_config
 
 ES_SEED_BASE = 2_000_000
@@ -160,21 +162,65 @@ def make_search(cfg: ESConfig, names: Sequence[str]):
     return es, rng
 
 
-#: ``play(env, scenario, theta, seeds, queries)`` → (the objective of the weights ``theta`` — asking ``queries``
-#: clients their loss each round — on each seed's episode, the env rounds they took): the episode loop, given by
-#: the caller (``experiments/bench_learned.py``'s ``es_play`` runs ``fedsel_eval``'s; this layer does not import
-#: the evaluation package)
-PlayFn = Callable[[Any, Any, np.ndarray, Sequence[int], int], Tuple[List[float], int]]
+@dataclass(frozen=True)
+class ESEpisode:
+    """One episode of a generation, the unit of work a :data:`Mapper` runs (picklable: a Ray task's argument).
+
+    :param env_config: the training env's config (``ESConfig.env_config()``).
+    :param objective: the scenario's objective (``fedsel_env.bench.OBJECTIVES``).
+    :param theta: the candidate's weights (θ, w), in ``agents.set_es.param_names`` order.
+    :param queries: d, the clients asked for their loss each round (0: ``set_es``).
+    :param seed: the episode's ``env.reset`` seed.
+    """
+
+    env_config: Dict[str, Any]
+    objective: str
+    theta: Tuple[float, ...]
+    queries: int
+    seed: int
 
 
-def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] = print,
-          deadline: float = math.inf, stop_after: Optional[int] = None) -> Dict[str, Any]:
+def play_episode(task: ESEpisode) -> Tuple[float, int]:
+    """Play ``task`` on this process's env of its config (``fedsel_env.rollout.env_for``): the weights deployed
+    as ``set_es`` (bound to the env for its loss queries) → (the episode's objective, a missed Ω counted as the
+    cap; the env rounds it took)."""
+    from types import SimpleNamespace
+
+    from agents.set_es import SetESAgent
+    from fedsel_env.rollout import env_for, scenario_objectives
+
+    theta = np.asarray(task.theta, dtype=np.float64)
+    values, rounds = scenario_objectives(env_for(task.env_config), SimpleNamespace(objective=task.objective),
+                                         lambda spec: SetESAgent(spec, model=theta, queries=task.queries),
+                                         [task.seed])
+    return values[0], rounds
+
+
+class SerialMapper:
+    """The default :data:`Mapper`: the tasks one after another in this process, in order (one env per config,
+    kept by ``fedsel_env.rollout.env_for``)."""
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
+        return [fn(item) for item in items]
+
+
+#: ``mapper.map(fn, items) -> [fn(item) for item in items]``, in order: how a generation's P × E episodes (and the
+#: learning curve's) are played. :class:`SerialMapper` in this process; ``agents/training/ray_map.py`` as Ray tasks
+#: (``train_agent.py --ray``). ``fn`` is :func:`play_episode`, a module-level function of one :class:`ESEpisode`.
+Mapper = Any
+
+
+def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
+          deadline: float = math.inf, stop_after: Optional[int] = None, mapper: Optional[Mapper] = None,
+          on_generation: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
     """Train (or resume) ``cfg``'s run in ``folder``; return its summary (also ``summary.json``).
-
-    :param play: the episode loop (:data:`PlayFn`).
 
     :param deadline: ``time.time()`` after which no new generation starts (the run resumes from there later).
     :param stop_after: play at most this many generations in this call.
+    :param mapper: plays each generation's episodes (:data:`Mapper`; default :class:`SerialMapper`). The results
+        are the same whichever plays them: each episode's randomness comes from its own seed.
+    :param on_generation: called with each generation's ``progress.jsonl`` row once it is written (a progress bar,
+        TensorBoard scalars).
     :raises ValueError: when ``folder`` holds a run of another config, or its log does not replay.
     """
     from agents.set_es import POLICY_FILE, check_queries, param_names
@@ -188,7 +234,8 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
         if conf[key] == default:
             del conf[key]  # run folders from before these settings stay resumable
     sc = scenario(cfg.scenario)
-    env = FedSelectEnv(config=cfg.env_config())
+    env_config = cfg.env_config()
+    env = FedSelectEnv(config=env_config)
     try:
         check_queries(cfg.queries, env.selection_spec)
         pin_run_config(folder, conf, "set_es")
@@ -197,6 +244,14 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
         env.close()
         raise
     names = param_names(env.selection_spec, cfg.queries)
+    if mapper is None:  # this process plays the episodes on the env just built
+        keep_env(env_config, env)
+        mapper = SerialMapper()
+
+    def play(theta: np.ndarray, seeds: Sequence[int]) -> List[ESEpisode]:
+        return [ESEpisode(env_config, sc.objective, tuple(float(v) for v in theta), cfg.queries, int(s))
+                for s in seeds]
+
     es, rng = make_search(cfg, names)
     progress_path = folder / "progress.jsonl"
     done_rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
@@ -224,8 +279,8 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
         with rng.active():
             xs = es.ask()
         seeds = [cfg.episode_seed(g, j) for j in range(cfg.episodes)]
-        played = [play(env, sc, np.asarray(x), seeds, cfg.queries) for x in xs]
-        values = np.asarray([v for v, _ in played])                                   # (P, E)
+        played = mapper.map(play_episode, [t for x in xs for t in play(np.asarray(x), seeds)])  # P × E, in order
+        values = np.asarray([v for v, _ in played], dtype=np.float64).reshape(len(xs), cfg.episodes)  # (P, E)
         env_rounds = sum(r for _, r in played)
         fitness = rank_fitness(values, sc.lower_is_better)
         with rng.active():
@@ -235,9 +290,10 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
                "values_mean": values.mean(axis=1).tolist(), "episodes": int(values.size),
                "sigma": float(es.sigma), "mean": mean.tolist()}
         if (g + 1) % cfg.eval_every == 0 or g + 1 == cfg.generations:
-            vals, rounds = play(env, sc, mean, cfg.eval_seeds, cfg.queries)
+            curve = mapper.map(play_episode, play(mean, cfg.eval_seeds))
+            vals = [float(v) for v, _ in curve]
             row["eval_mean"], row["eval_values"] = float(np.mean(vals)), vals
-            env_rounds += rounds
+            env_rounds += sum(r for _, r in curve)
         row["env_rounds"] = int(env_rounds)
         row["wall_s"] = round(time.perf_counter() - t0, 3)
         atomic_write_text(folder / POLICY_FILE, json.dumps(
@@ -247,6 +303,9 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
         log(f"{sc.name} seed {cfg.seed} generation {g + 1}/{cfg.generations}: σ {es.sigma:.3f}, candidates' mean "
             f"{sc.objective} {best.min():.4g}–{best.max():.4g}"
             + (f", eval {row['eval_mean']:.4g}" if "eval_mean" in row else "") + f", {row['wall_s']:.1f} s")
+        if on_generation is not None:
+            on_generation(row)
+    forget_env(env)  # kept for the serial mapper above: dropped from the cache, closed here
     env.close()
     rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
     summary = {"scenario": sc.name, "seed": cfg.seed, "generations_done": len(rows),
@@ -258,4 +317,4 @@ def train(cfg: ESConfig, folder: Path, play: PlayFn, log: Callable[[str], Any] =
     return summary
 
 
-__all__ = ["ESConfig", "ES_SEED_BASE", "PlayFn", "check_training_seeds", "make_search", "rank_fitness", "train"]
+__all__ = ["ESConfig", "ESEpisode", "ES_SEED_BASE", "Mapper", "SerialMapper", "play_episode", "check_training_seeds", "make_search", "rank_fitness", "train"]
