@@ -248,7 +248,7 @@ def reference_table(doc: Mapping[str, Any]) -> str:
     """The reference table: per scenario, random, the best heuristic, the oracle, the headroom; then every
     policy's normalised score per scenario, and the cost of an episode."""
     from fedsel_eval.leaderboard import mean_normalised, objective_format
-    from fedsel_eval.stats import Interval
+    from fedsel_eval.stats import Interval, TInterval
 
     scen = doc.get("scenarios", {})
     lines = ["| scenario | objective | seeds | random | best heuristic | lookahead | headroom [95% CI] | "
@@ -262,7 +262,7 @@ def reference_table(doc: Mapping[str, Any]) -> str:
         pol = s["policies"]
         heur = {p: v for p, v in pol.items() if p not in ("random", "lookahead")}
         best = max(heur, key=lambda p: _num(heur[p]["normalised"]["mean"])) if heur else None
-        head = Interval(**s["headroom"]).text("+" + f) + (" **low**" if s["low_headroom"] else "")
+        head = TInterval(**s["headroom"]).text("+" + f) + (" **low**" if s["low_headroom"] else "")
         arrow = "↓" if s["lower_is_better"] else "↑"
         score = _num(heur[best]["normalised"]["mean"]) if best else -math.inf
         best_txt = (f"`{best}` {Interval(**heur[best]['objective']).text(f)}"

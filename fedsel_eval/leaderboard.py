@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .stats import Interval
+from .stats import TInterval
 
 
 def mean_normalised(summaries: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -33,7 +33,8 @@ def mean_normalised(summaries: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[st
 
 # ============================================================================================ tables
 def _cell(iv: Mapping[str, Any], spec: str) -> str:
-    return Interval(**iv).text(spec)
+    """A stored interval as ``mean [lo, hi]`` (a bootstrap one, or a Student-t one with its ``p``)."""
+    return TInterval(**iv).text(spec)
 
 
 def objective_format(objective: str) -> str:

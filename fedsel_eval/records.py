@@ -55,6 +55,8 @@ import numpy as np
 
 from agents.training.atomic import atomic_write_text, jsonable
 
+from .stats import finite as _finite, t_interval as t_interval_of
+
 FORMAT = "fedsel-record/1"
 #: Two floats are the same figure when they differ by less than this (relative, and absolute near 0).
 TOLERANCE = 1e-9
@@ -86,25 +88,10 @@ def git_provenance(root: Path, paths: Sequence[str] = (), exclude: Sequence[str]
 
 
 # ============================================================================================ statistics
-def _finite(values: Sequence[Any]) -> np.ndarray:
-    return np.asarray([float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=np.float64)
-
-
 def t_interval(values: Sequence[Any], confidence: float = 0.95) -> Dict[str, Any]:
-    """Mean of the finite ``values`` with its Student-t interval (``lo``/``hi`` None below two values)."""
-    from scipy import stats
-
-    x = _finite(values)
-    if x.size == 0:
-        return {"mean": None, "lo": None, "hi": None, "n": 0}
-    mean = float(x.mean())
-    if x.size < 2:
-        return {"mean": mean, "lo": None, "hi": None, "n": 1}
-    sem = float(x.std(ddof=1) / math.sqrt(x.size))
-    if sem == 0.0:
-        return {"mean": mean, "lo": mean, "hi": mean, "n": int(x.size)}
-    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
-    return {"mean": mean, "lo": float(lo), "hi": float(hi), "n": int(x.size)}
+    """Mean of the finite ``values`` with its Student-t interval (``lo``/``hi`` None below two values):
+    :func:`fedsel_eval.stats.t_interval` in the record's form (:meth:`~fedsel_eval.stats.TInterval.record`)."""
+    return t_interval_of(values, confidence).record()
 
 
 def select(rows: Sequence[Mapping[str, Any]], where: Mapping[str, Any]) -> List[Mapping[str, Any]]:

@@ -3,7 +3,11 @@
 Owns the statistics behind the tables and figures: :func:`bootstrap_ci` (the mean of a metric over
 episodes with a percentile-bootstrap interval from ``scipy.stats.bootstrap``, seeded so that a
 summary written twice is the same to the bit), :func:`paired_difference` (policy − reference, episode
-by episode, paired by seed and backend: common random numbers make the pairs comparable), and the
+by episode, paired by seed and backend: common random numbers make the pairs comparable), the one
+Student-t interval and test of the project (:func:`t_interval`, :func:`paired_t`: a :class:`TInterval`, the
+mean with its interval and the two-sided p-value, for a handful of seeds where a bootstrap interval is too
+narrow to mean anything; every script and ``fedsel_eval.records``' ``t_interval`` / ``paired_t`` /
+``paired_t_across`` summaries stand on it, issue #46), Holm's correction (:func:`holm`), and the
 convention for an episode that missed the target (:func:`to_target`): it counts as the cap — the round
 budget, or the simulated time when it ended — which makes the mean a lower bound, and is marked
 (``missed``). experiments/favor_study.py uses the same convention for its rounds to Ω.
@@ -59,6 +63,71 @@ class Interval:
         """The interval as CSV fields ``<prefix>_mean``, ``_lo``, ``_hi``, ``_n``, ``_missed``."""
         return {f"{prefix}_mean": self.mean, f"{prefix}_lo": self.lo, f"{prefix}_hi": self.hi,
                 f"{prefix}_n": self.n, f"{prefix}_missed": self.missed}
+
+
+@dataclass(frozen=True)
+class TInterval(Interval):
+    """A mean with its Student-t ``confidence`` interval [``lo``, ``hi``] and ``p``, the two-sided p-value of the
+    one-sample t-test of mean 0 (for differences paired by seed: the paired t-test, ``scipy.stats.ttest_rel``).
+
+    ``lo``/``hi`` are NaN below two values; equal values give [v, v] and ``p`` NaN (the test is undefined).
+    :meth:`record` is the form a committed record stores.
+    """
+
+    p: float = math.nan
+
+    def record(self) -> Dict[str, Any]:
+        """``{"mean", "lo", "hi", "n"}`` with a non-finite figure as None (``fedsel_eval.records``' JSON form)."""
+        def f(x: float) -> Any:
+            return x if math.isfinite(x) else None
+        return {"mean": f(self.mean), "lo": f(self.lo), "hi": f(self.hi), "n": self.n}
+
+
+def finite(values: Sequence[Any]) -> np.ndarray:
+    """The finite values as float64 (None and NaN left out: a metric not measured)."""
+    return np.asarray([float(v) for v in values if v is not None and math.isfinite(float(v))], dtype=np.float64)
+
+
+def t_interval(values: Sequence[Any], confidence: float = CONFIDENCE) -> TInterval:
+    """The mean of the finite ``values`` with its Student-t ``confidence`` interval (``scipy.stats.t.interval``
+    over mean ± t·s/√n) and the two-sided p-value of mean 0 (``scipy.stats.ttest_1samp``).
+
+    None and non-finite values are left out (``n`` counts the rest). No interval and no p below two values;
+    equal values: the interval [mean, mean], p NaN.
+
+    :raises ValueError: when ``confidence`` is not strictly between 0 and 1.
+    """
+    if not 0.0 < float(confidence) < 1.0:
+        raise ValueError(f"t_interval: confidence {confidence!r} must lie strictly between 0 and 1 (e.g. 0.95)")
+    x = finite(values)
+    if x.size == 0:
+        return TInterval(math.nan, math.nan, math.nan, 0)
+    mean = float(x.mean())
+    if x.size < 2:
+        return TInterval(mean, math.nan, math.nan, 1)
+    sem = float(x.std(ddof=1) / math.sqrt(x.size))
+    if sem == 0.0 or np.all(x == x[0]):
+        return TInterval(mean, mean, mean, int(x.size))
+    from scipy import stats
+
+    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
+    p = float(stats.ttest_1samp(x, 0.0).pvalue)
+    return TInterval(mean, float(lo), float(hi), int(x.size), p=p)
+
+
+def paired_t(a: Sequence[Any], b: Sequence[Any], confidence: float = CONFIDENCE) -> TInterval:
+    """The paired difference ``a − b`` (pair i: ``a[i] − b[i]``, one seed's two runs) as :func:`t_interval`: its
+    mean, Student-t interval and the paired t-test's p-value (``scipy.stats.ttest_rel``). A pair with a missing
+    (None / non-finite) side is left out.
+
+    :raises ValueError: when ``a`` and ``b`` differ in length (they are not paired).
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired_t: a has {len(a)} values and b {len(b)}: pass one value per seed on both sides, "
+                         f"in the same seed order")
+    diffs = [float(x) - float(y) for x, y in zip(a, b)
+             if x is not None and y is not None and math.isfinite(float(x)) and math.isfinite(float(y))]
+    return t_interval(diffs, confidence)
 
 
 def bootstrap_ci(values: Sequence[float], missed: int = 0, confidence: float = CONFIDENCE,
@@ -170,8 +239,8 @@ def t_band(curves: np.ndarray, confidence: float = CONFIDENCE,
     return mean, mean - half, mean + half
 
 
-__all__ = ["BOOTSTRAP_SEED", "holm", "CONFIDENCE", "RESAMPLES", "TO_TARGET", "Interval", "bootstrap_ci", "episode_value",
-           "metric_ci", "paired_difference", "t_band", "to_target"]
+__all__ = ["BOOTSTRAP_SEED", "holm", "CONFIDENCE", "RESAMPLES", "TO_TARGET", "Interval", "TInterval", "bootstrap_ci",
+           "episode_value", "finite", "metric_ci", "paired_difference", "paired_t", "t_band", "t_interval", "to_target"]
 
 
 def holm(pvalues: Sequence[float]) -> List[float]:

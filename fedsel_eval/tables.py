@@ -16,6 +16,7 @@ import re
 import textwrap
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
+from .markdown import table as md_table
 from .results import FAIRNESS, Results
 from .stats import TO_TARGET
 from .summary import METRICS
@@ -34,19 +35,6 @@ FORMATS = {"rounds_to_target": ".1f", "time_to_target": ".0f", "final_accuracy":
 #: Fairness table headers.
 FAIRNESS_HEADERS = {"jain_index": "Jain (picks)", "acc_std": "client acc std", "acc_worst10": "worst 10%",
                     "acc_best10": "best 10%", "min_participation_rate": "min part. rate"}
-
-
-def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
-    """A Markdown table padded into aligned columns (``align``: ``l`` or ``r`` per column)."""
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    widths = [max(w, 3) for w in widths]
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).rjust(w) if a == "r" else str(c).ljust(w)
-                                 for c, w, a in zip(cells, widths, align)) + " |"
-
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)) + "|"
-    return "\n".join([line(headers), rule] + [line(r) for r in rows])
 
 
 #: where a label may be shortened (issue #45): after one of these, so that no name is cut — the parts of an agent
@@ -96,12 +84,12 @@ def _wrap(text: str) -> str:
 def _fit(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> tuple:
     """The table with its first two columns (policy, backend) shortened (:func:`short_label`) until its lines fit
     in :data:`WIDTH` (not below 10 characters), and the notes that give the shortened labels in full."""
-    table, cut = md_table(headers, rows, align), {}
+    table, cut = md_table(headers, rows, align, pad=True).rstrip("\n"), {}
     for width in range(LABEL_WIDTH, 9, -1):
         shown = [[short_label(r[0], width), short_label(r[1], max(width // 2, 10))] + list(r[2:]) for r in rows]
         if any(len({x[c] for x in shown}) < len({x[c] for x in rows}) for c in (0, 1)):
             break  # two labels would be cut alike: keep the last unambiguous table
-        table = md_table(headers, shown, align)
+        table = md_table(headers, shown, align, pad=True).rstrip("\n")
         cut = {x[c]: r[c] for x, r in zip(shown, rows) for c in (0, 1) if x[c] != r[c]}
         if max(map(len, table.splitlines())) <= WIDTH:
             break
@@ -207,4 +195,4 @@ def _seeds(seeds: Sequence[int]) -> str:
 
 
 __all__ = ["FAIRNESS_HEADERS", "FORMATS", "LABEL_WIDTH", "WIDTH", "episodes_csv", "fairness_markdown",
-           "main_markdown", "md_table", "rows_csv", "short_label", "summary_markdown"]
+           "main_markdown", "rows_csv", "short_label", "summary_markdown"]
