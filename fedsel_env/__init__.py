@@ -19,15 +19,9 @@ for _preset, _env_id in ENV_IDS.items():
     if _env_id not in gym_registry:
         register(id=_env_id, entry_point="fedsel_env.env:FedSelectEnv", kwargs={"preset": _preset},
                  vector_entry_point=_VECTOR)
-# FedSelect-Bench (issue #28): fedsel/Bench-<Name>-v0, each scenario's config (fedsel_env/bench.py)
-from .bench import SCENARIOS as _BENCH  # noqa: E402
-
-for _sc in _BENCH.values():
-    if _sc.env_id not in gym_registry:
-        # the objective as the reward (issue #41): an episode's return is its score, negated when lower is better
-        register(id=_sc.env_id, entry_point="fedsel_env.env:FedSelectEnv",
-                 kwargs={"config": {**_sc.env_config(), **_sc.reward_config()}},
-                 vector_entry_point=_VECTOR)
+# FedSelect-Bench (issue #28): importing the bench registers its scenarios, each with its id fedsel/Bench-<Name>-v0
+# and the objective as the reward (issue #41: an episode's return is its score, negated when lower is better)
+from . import bench  # noqa: E402,F401
 #: the multi-objective env: a vector reward, so Gymnasium's checker (which wants a scalar) is off, as
 #: ``mo_gymnasium.make`` turns it off
 MO_ENV_ID = "fedsel/MOFedSelect-v0"

@@ -13,60 +13,17 @@ one-paragraph statement of what makes selection matter there, and one objective:
 (the 0.01-grid accuracy random's median curve reaches at half the round cap, rounded down:
 ``python experiments/bench_reference.py --part calibrate``) and written here; reference scores are measured on
 :data:`REPORTING_SEEDS` (``experiments/bench_reference.py``, docs/BENCHMARK.md), which nothing was tuned on.
-No Gymnasium here: ``fedsel_env/__init__.py`` registers the ids.
+Each scenario registers itself (``fedsel_env.scenarios.register_scenario``, issue #46: with its id, the objective
+as the reward); :func:`scenario` also reads a user's YAML scenario file (docs/BENCHMARK.md, Your own scenario).
 """
 from __future__ import annotations
 
-import copy
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
-#: seeds Ω (and anything else about a scenario) may be calibrated on
-TUNING_SEEDS: List[int] = list(range(100, 110))
-#: seeds the reference scores are reported on: never used for tuning (disjoint from TUNING_SEEDS)
-REPORTING_SEEDS: List[int] = list(range(9000, 9030))
-
-#: objective → True when lower is better
-OBJECTIVES: Dict[str, bool] = {"rounds_to_target": True, "time_to_target": True,
-                               "final_accuracy": False, "acc_worst10": False}
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One benchmark scenario.
-
-    :param name: ``<Name>`` of ``fedsel/Bench-<Name>-v0``.
-    :param config: env-config fields over ``DEFAULT_CONFIG`` (Ω included).
-    :param objective: one of :data:`OBJECTIVES`.
-    :param statement: what makes selection matter here, and what scores it.
-    :param departures: how it differs from the paper setting it is built after (empty: none claimed).
-    """
-
-    name: str
-    config: Mapping[str, Any]
-    objective: str
-    statement: str
-    departures: str = ""
-    tags: Sequence[str] = field(default_factory=tuple)
-
-    @property
-    def env_id(self) -> str:
-        return f"fedsel/Bench-{self.name}-v0"
-
-    @property
-    def lower_is_better(self) -> bool:
-        return OBJECTIVES[self.objective]
-
-    def env_config(self) -> Dict[str, Any]:
-        """A fresh copy of the scenario's config (safe to modify)."""
-        return copy.deepcopy(dict(self.config))
-
-    def reward_config(self) -> Dict[str, Any]:
-        """The config fields of the scenario's objective as the reward (``reward: objective``, issue #41): what
-        ``fedsel/Bench-<Name>-v0`` adds to :meth:`env_config`, so that an episode's return is the score."""
-        return {"reward": "objective", "reward_params": {"objective": self.objective}}
-
+# the scenario and its registry (issue #46); re-exported here, where the bench's callers have always found them
+from .scenarios import OBJECTIVES, REPORTING_SEEDS, SCENARIO_IDS, SCENARIOS, TUNING_SEEDS, Scenario, lookup, \
+    register_scenario
 
 _FMNIST = {"dataset": "fashion_mnist", "test_fraction": 0.2, "track_improvement": False}
 _ALWAYS = {"availability": 1.0}
@@ -167,26 +124,26 @@ _SCENARIOS: List[Scenario] = [
         "a new federation per seed (favor_study fixes federation 0); track_improvement off (no effect on training)"),
 ]
 
-SCENARIOS: Dict[str, Scenario] = {s.name: s for s in _SCENARIOS}
-BENCH_IDS: Dict[str, str] = {s.env_id: s.name for s in _SCENARIOS}
+for _sc in _SCENARIOS:  # each with its Gymnasium id fedsel/Bench-<Name>-v0, the objective as the reward
+    register_scenario(_sc)
+#: ``fedsel/Bench-<Name>-v0`` → name, for every registered scenario (the registry's own dict)
+BENCH_IDS = SCENARIO_IDS
 
 
-def scenario(name: str) -> Scenario:
-    """A scenario by name (``QuantitySkew``) or id (``fedsel/Bench-QuantitySkew-v0``).
+def scenario(name: Any) -> Scenario:
+    """A scenario by registered name (``QuantitySkew``), id (``fedsel/Bench-QuantitySkew-v0``) or the path of a
+    YAML scenario file (``fedsel_env.scenarios.lookup``).
 
-    :raises ValueError: for an unknown one, listing the names.
+    :raises ValueError: for an unknown one (naming the closest name), a missing or malformed scenario file.
     """
-    key = BENCH_IDS.get(name, name)
-    if key not in SCENARIOS:
-        raise ValueError(f"unknown bench scenario {name!r}; scenarios: {sorted(SCENARIOS)} "
-                         f"(or their ids fedsel/Bench-<Name>-v0)")
-    return SCENARIOS[key]
+    return lookup(name)
 
 
 def select(names: Any = None) -> List[Scenario]:
-    """The scenarios named in ``names`` (a list or a comma-separated string; None or ``all``: every one)."""
+    """The scenarios named in ``names`` (a list or a comma-separated string of names, ids or YAML paths; None or
+    ``all``: every registered one)."""
     if names is None or names == "all" or names == ["all"]:
-        return list(_SCENARIOS)
+        return list(SCENARIOS.values())
     if isinstance(names, str):
         names = [n for n in names.split(",") if n.strip()]
     out = [scenario(n.strip()) for n in names]
@@ -220,30 +177,37 @@ def federation_seed(seed: int) -> int:
     return int(rng.integers(0, 2**31 - 1, size=5)[0])
 
 
-def training_env_config(name: str, overrides: Mapping[str, Any]) -> Dict[str, Any]:
-    """A learned selector's training env: the scenario's config, ``overrides`` over it, the Dict observation."""
+def training_env_config(name: Any, overrides: Mapping[str, Any]) -> dict:
+    """A learned selector's training env: the scenario's config (name, id or YAML path), ``overrides`` over it,
+    the Dict observation."""
     cfg = scenario(name).env_config()
     cfg.update(overrides)
     cfg["observation"] = "dict"
     return cfg
 
 
-def curve_seeds(who: str, seeds: Sequence[int]) -> List[int]:
-    """The seeds of a learning curve, as ints; refused when one is a reporting seed (a curve uses tuning seeds)."""
+def curve_seeds(who: str, seeds: Sequence[int], sc: Optional[Scenario] = None) -> List[int]:
+    """The seeds of a learning curve, as ints; refused when one is a reporting seed of ``sc`` (None: the bench's)
+    — a curve uses tuning seeds."""
     out = [int(s) for s in seeds]
-    if set(out) & set(REPORTING_SEEDS):
-        raise ValueError(f"{who}: eval_seeds {out} include bench reporting seeds "
-                         f"({REPORTING_SEEDS[0]}-{REPORTING_SEEDS[-1]}): the learning curve must use tuning seeds")
+    reporting = sc.reporting_seeds if sc is not None else REPORTING_SEEDS
+    bad = sorted(set(out) & set(reporting))
+    if bad:
+        raise ValueError(f"{who}: eval_seeds {out} include reporting seeds {bad} of "
+                         f"{'scenario ' + repr(sc.name) if sc is not None else 'the bench'}: the learning curve must "
+                         f"use tuning seeds (eval_seeds = its tuning_seeds)")
     return out
 
 
-def check_fresh_federations(seeds: Mapping[str, int]) -> None:
-    """Refuse training episodes (``{"what": seed}``) of which one would play a bench tuning or reporting
-    federation."""
-    held = {federation_seed(s) for s in [*REPORTING_SEEDS, *TUNING_SEEDS]}
+def check_fresh_federations(seeds: Mapping[str, int], sc: Optional[Scenario] = None) -> None:
+    """Refuse training episodes (``{"what": seed}``) of which one would play a tuning or reporting federation of
+    ``sc`` (None: the bench's seeds, which every bench scenario shares)."""
+    held_seeds = [*sc.reporting_seeds, *sc.tuning_seeds] if sc is not None else [*REPORTING_SEEDS, *TUNING_SEEDS]
+    held = {federation_seed(s) for s in held_seeds}
     for what, seed in seeds.items():
         if federation_seed(seed) in held:
-            raise ValueError(f"{what} (seed {seed}) would play a bench tuning/reporting federation: change the "
+            raise ValueError(f"{what} (seed {seed}) would play a tuning/reporting federation of "
+                             f"{'scenario ' + repr(sc.name) if sc is not None else 'the bench'}: change the "
                              f"training seed")
 
 
@@ -254,6 +218,6 @@ def normalised_score(random: float, oracle: float, policy: float) -> float:
     return float("nan") if gap == 0 or not math.isfinite(gap) else (random - policy) / gap
 
 
-__all__ = ["BENCH_IDS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS",
+__all__ = ["BENCH_IDS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS", "register_scenario",
            "check_fresh_federations", "curve_seeds", "episode_objective", "federation_seed", "normalised_score",
            "scenario", "select", "training_env_config"]

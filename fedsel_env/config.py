@@ -198,8 +198,11 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
     ``train_agent.py``, ``evaluate.py`` and ``fedsel_eval`` all read ``--env`` here, by one rule:
 
     - a preset name (``tiny``) or a registered env id (``fedsel/FedSelect-Tiny-v0``) → that preset;
+    - a registered scenario's id (``fedsel/Bench-Stragglers-v0``) → its config with its objective as the reward;
     - any other string is the path of a YAML env config (``DEFAULT_CONFIG``'s keys plus an optional
-      ``preset:``, itself a name or an id); a missing file is an error that says so;
+      ``preset:``, itself a name or an id); a missing file is an error that says so. A file that names an
+      ``objective:`` is a scenario file (``fedsel_env.scenarios``): its env config, with the objective as the
+      reward unless it names a ``reward`` (its scenario keys — name, statement, seeds — are checked and dropped);
     - a mapping of config fields (an eval config's ``env:``) may name a ``preset`` the same way;
     - ``None`` → the default preset.
 
@@ -216,13 +219,19 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
         return env, {}
     elif env in by_id:
         return by_id[env], {}
-    elif env.startswith("fedsel/Bench-"):  # a FedSelect-Bench scenario (fedsel_env/bench.py)
+    elif env.startswith("fedsel/Bench-"):  # a registered scenario (fedsel_env/scenarios.py, fedsel_env/bench.py)
         from .bench import scenario
 
-        sc = scenario(env)  # the id's own config: the scenario's, with its objective as the reward (issue #41)
-        return "default", {**sc.env_config(), **sc.reward_config()}
+        # the id's own config: the scenario's, with its objective as the reward (issue #41)
+        overrides = scenario(env).objective_env_config()
+        if "preset" not in overrides:
+            return "default", overrides
     elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
         overrides = load_config(env)  # ValueError when missing
+        if "objective" in overrides:  # a scenario file (issue #46): its env, the objective as the default reward
+            from .scenarios import scenario_from_mapping
+
+            overrides = scenario_from_mapping(overrides, env, Path(env).stem).objective_env_config()
     else:
         raise ValueError(f"unknown --env {env!r}: give a preset {sorted(PRESETS)}, an env id {sorted(by_id)}, "
                          f"or the path of a YAML env config (a file ending in .yml / .yaml)")
