@@ -14,83 +14,20 @@ Ray is optional (``pip install -e '.[ray]'``; ``flwr[simulation]`` brings it too
 - ``"auto"``: the cluster this machine joined with ``ray start``;
 - ``"ray://host:10001"`` or ``"host:6379"``: that cluster.
 
-A process already connected to Ray (``ray.init`` in a notebook, or a test) is used as it is. Ray stays
-up until the process ends (it shuts itself down at exit), so several evaluations in one script — the
-experiments' parts — start it once.
+Connecting (:func:`connect`, :func:`check_address`) is :mod:`agents.training.ray_map`'s, which the trainers'
+``--ray`` uses too. A process already connected to Ray (``ray.init`` in a notebook, or a test) is used as it
+is. Ray stays up until the process ends (it shuts itself down at exit), so several evaluations in one script —
+the experiments' parts — start it once.
 """
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Sequence
 
 if TYPE_CHECKING:
     from .plan import EpisodeTask, EvalPlan
 
-#: The ``--ray`` value that starts a Ray instance on this machine.
-LOCAL = "local"
-INSTALL_HINT = "pip install -e '.[ray]' (or '.[flower]', whose flwr[simulation] brings it; scripts/setup.sh installs both)"
-
-
-def check_address(address: Optional[str], workers: int = 1) -> None:
-    """Check ``address`` and that Ray can be imported, before anything is written.
-
-    :param workers: the ``workers`` asked for alongside (more than 1 excludes Ray).
-    :raises ValueError: for an address that is not a string, with ``workers`` > 1, or when Ray is not
-        installed (naming the fix).
-    """
-    if address is None:
-        return
-    if workers != 1:
-        raise ValueError(f"--ray and --workers {workers} exclude each other: with --ray, Ray runs as many "
-                         f"episodes at once as the cluster has CPUs (one per episode); drop --workers")
-    if not isinstance(address, str) or not address.strip():
-        raise ValueError(f"--ray {address!r} is invalid: expected nothing (a local Ray), 'auto' (the cluster this "
-                         f"machine joined with `ray start`), or a cluster address (ray://HOST:10001 or HOST:6379)")
-    _import_ray()
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as e:
-        raise ValueError(f"--ray needs the 'ray' package, which is not installed ({e}): {INSTALL_HINT}") from None
-    return ray
-
-
-def connect(address: str) -> Any:
-    """Connect to Ray (see the module's docstring for ``address``); return the ``ray`` module."""
-    ray = _import_ray()
-    if not ray.is_initialized():
-        try:
-            with _ctrl_c_held():
-                if address == LOCAL:
-                    ray.init(include_dashboard=False)
-                else:
-                    ray.init(address=address)
-        except ConnectionError as e:
-            raise ValueError(f"--ray {address}: could not connect ({e}). Start a cluster with `ray start --head` "
-                             f"(then --ray auto), or leave the address out for a local Ray") from None
-    return ray
-
-
-@contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """Hold a Ctrl-C until the block has run, then raise it: a ``KeyboardInterrupt`` inside ``ray.init``
-    left a half-started Ray that crashed the process at exit (SIGSEGV instead of exit status 130)."""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
-        return
-    held: List[int] = []
-    signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held:
-        raise KeyboardInterrupt
+# connecting is shared with the trainers' Ray mapper (``train_agent.py --ray``), one layer down
+from agents.training.ray_map import INSTALL_HINT, LOCAL, _ctrl_c_held, check_address, connect  # noqa: F401
 
 
 def _episode_on_ray(task: EpisodeTask, env_config: Mapping[str, Any], torch_threads: int) -> Dict[str, Any]:
