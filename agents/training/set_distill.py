@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ OBS_KEYS = ("weights", "clients", "progress")
 class DistillConfig:
     """What one training run does (saved as ``config.json`` in its folder; a resume must match it).
 
-    :param scenario: a bench scenario's name.
+    :param scenario: a scenario: a registered name, an id, or the path of a YAML scenario file (issue #46).
     :param seed: the training seed (model initialisation, episode seeds, minibatches).
     :param episodes: training episodes (each a new federation).
     :param candidates: M, the oracle's candidates per round (the bench's oracle uses 16).
@@ -78,7 +79,9 @@ class DistillConfig:
     def __post_init__(self) -> None:
         from fedsel_env.bench import curve_seeds, scenario
 
-        scenario(self.scenario)  # raises for an unknown name
+        if isinstance(self.scenario, os.PathLike):  # a YAML scenario file's path, kept as text in config.json
+            self.scenario = str(self.scenario)
+        sc = scenario(self.scenario)  # a name, an id or a YAML scenario file (issue #46); raises for anything else
         for name in ("episodes", "candidates", "hidden", "batch_size", "buffer_rounds", "eval_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -89,7 +92,7 @@ class DistillConfig:
                 raise ValueError(f"set_distill: {name} = {v!r} is invalid: expected an integer >= 0")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"set_distill: lr = {self.lr!r} is invalid: expected a finite number > 0")
-        self.eval_seeds = curve_seeds("set_distill", self.eval_seeds)
+        self.eval_seeds = curve_seeds("set_distill", self.eval_seeds, sc)  # never the scenario's reporting seeds
 
     def env_config(self) -> Dict[str, Any]:
         from fedsel_env.bench import training_env_config
@@ -101,10 +104,11 @@ class DistillConfig:
 
 
 def check_training_seeds(cfg: DistillConfig) -> None:
-    """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
-    from fedsel_env.bench import check_fresh_federations
+    """Refuse a run whose training federations would include a tuning or reporting federation of its scenario."""
+    from fedsel_env.bench import check_fresh_federations, scenario
 
-    check_fresh_federations({f"training episode {i}": cfg.episode_seed(i) for i in range(cfg.episodes)})
+    check_fresh_federations({f"training episode {i}": cfg.episode_seed(i) for i in range(cfg.episodes)},
+                            scenario(cfg.scenario))
 
 
 # ------------------------------------------------------------------------------------------ the loss
@@ -177,16 +181,34 @@ def _load_shard(path: Path) -> List[Dict[str, np.ndarray]]:
 
 
 # ------------------------------------------------------------------------------------------ one run
+def greedy_curve(model: SetScorer, cfg: DistillConfig) -> List[float]:
+    """The learning curve's point: the greedy learner's objective on ``cfg.eval_seeds`` (tuning seeds; a missed Ω
+    counts as the cap), each episode played by ``fedsel_env.rollout`` as any evaluation plays it."""
+    from fedsel_env.bench import scenario
+    from fedsel_env.env import FedSelectEnv
+    from fedsel_env.rollout import scenario_objectives
+
+    env = FedSelectEnv(config=cfg.env_config())
+    try:
+        return scenario_objectives(env, scenario(cfg.scenario), lambda spec: SetDistillAgent(spec, model=model),
+                                   cfg.eval_seeds)[0]
+    finally:
+        env.close()
+
+
 def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
           deadline: float = math.inf, stop_after: Optional[int] = None,
-          evaluate: Optional[Callable[[SetScorer, DistillConfig], List[float]]] = None) -> Dict[str, Any]:
+          evaluate: Optional[Callable[[SetScorer, DistillConfig], List[float]]] = None,
+          on_episode: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Dict[str, Any]:
     """Train (or resume) ``cfg``'s run in ``folder``; return its summary (also ``summary.json``).
 
     :param deadline: ``time.time()`` after which no new episode starts (the run resumes from there later).
     :param stop_after: play at most this many episodes in this call (a chunk; the run resumes from there later).
     :param evaluate: the learning curve: ``evaluate(model, cfg)`` → the learner's objective on ``cfg.eval_seeds``,
-        called every ``eval_every`` episodes (``experiments/bench_learned.py`` plays them through ``fedsel_eval``);
+        called every ``eval_every`` episodes (:func:`greedy_curve`, what ``train_agent.py --algo set_distill`` uses);
         None: no curve.
+    :param on_episode: called with each episode's ``progress.jsonl`` row once it is written (a progress bar,
+        TensorBoard scalars).
     :raises ValueError: when ``folder`` holds a run of another config.
     """
     from agents.lookahead import LookaheadOracle
@@ -282,6 +304,8 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
             f"regret {row['regret'] if row['regret'] is None else round(row['regret'], 4)}, "
             f"loss {row['loss'] if row['loss'] is None else round(row['loss'], 4)}, w {row['div_weight']:+.3f}"
             + (f", eval {row['eval_mean']:.4g}" if "eval_mean" in row else "") + f", {row['wall_s']:.1f} s")
+        if on_episode is not None:
+            on_episode(row)
     env.close()
     progress = [json.loads(x) for x in (folder / "progress.jsonl").read_text().splitlines()] \
         if (folder / "progress.jsonl").is_file() else []
@@ -293,5 +317,5 @@ def train(cfg: DistillConfig, folder: Path, log: Callable[[str], Any] = print,
     return summary
 
 
-__all__ = ["DistillConfig", "RoundBuffer", "TRAIN_SEED_BASE", "check_training_seeds",
+__all__ = ["DistillConfig", "RoundBuffer", "TRAIN_SEED_BASE", "check_training_seeds", "greedy_curve",
            "ranking_loss", "train"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -45,7 +46,7 @@ ES_SEED_BASE = 2_000_000
 class ESConfig:
     """What one training run does (``config.json`` in its folder; a resume must match it).
 
-    :param scenario: a bench scenario's name.
+    :param scenario: a scenario: a registered name, an id, or the path of a YAML scenario file (issue #46).
     :param seed: the training seed (the search's random numbers and the training federations).
     :param generations: CMA-ES generations.
     :param episodes: E, the federations every candidate of a generation plays.
@@ -76,7 +77,9 @@ class ESConfig:
     def __post_init__(self) -> None:
         from fedsel_env.bench import curve_seeds, scenario
 
-        scenario(self.scenario)  # raises for an unknown name
+        if isinstance(self.scenario, os.PathLike):  # a YAML scenario file's path, kept as text in config.json
+            self.scenario = str(self.scenario)
+        sc = scenario(self.scenario)  # a name, an id or a YAML scenario file (issue #46); raises for anything else
         for name in ("generations", "episodes", "eval_every"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -97,7 +100,7 @@ class ESConfig:
         if self.generations * self.episodes > 10_000:
             raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
                              f"the training seed's range of federations: use fewer")
-        self.eval_seeds = curve_seeds("set_es", self.eval_seeds)
+        self.eval_seeds = curve_seeds("set_es", self.eval_seeds, sc)  # never the scenario's reporting seeds
 
     def env_config(self) -> Dict[str, Any]:
         from fedsel_env.bench import training_env_config
@@ -109,11 +112,11 @@ class ESConfig:
 
 
 def check_training_seeds(cfg: ESConfig) -> None:
-    """Refuse a run whose training federations would include a tuning or reporting federation of the bench."""
-    from fedsel_env.bench import check_fresh_federations
+    """Refuse a run whose training federations would include a tuning or reporting federation of its scenario."""
+    from fedsel_env.bench import check_fresh_federations, scenario
 
     check_fresh_federations({f"training generation {g} episode {j}": cfg.episode_seed(g, j)
-                             for g in range(cfg.generations) for j in range(cfg.episodes)})
+                             for g in range(cfg.generations) for j in range(cfg.episodes)}, scenario(cfg.scenario))
 
 
 def rank_fitness(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
