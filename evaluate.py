@@ -11,6 +11,8 @@
     python evaluate.py --config configs/eval/hetero_system.yaml --resume      # finish an interrupted run
     python evaluate.py --config configs/eval/hetero_system.yaml --ray auto    # episodes as tasks on a Ray cluster
     python evaluate.py --suite bench --policy pow_d --scenarios Churn,Large   # FedSelect-Bench leaderboard (docs/BENCHMARK.md)
+    python evaluate.py --env examples/my_federation.yaml     # a scenario of your own: every heuristic, its objective
+    python evaluate.py --suite bench --scenarios examples/my_federation.yaml  # ... with the oracle: normalised scores
 
 With no argument that says what to evaluate (only where to write it, ``--resume`` / ``--overwrite``, ``--n-envs``,
 ``--no-plots``, ``--no-progress``) it runs ``--suite first-look`` (:data:`fedsel_eval.bench.FIRST_LOOK`): every
@@ -103,7 +105,8 @@ class Args:
                 "reference's seeds. 'first-look': three digits scenarios, six seeds, every episode played live "
                 "(what evaluate.py runs with no arguments; docs/EVALUATION.md)"})
     scenarios: Optional[str] = field(default=None, metadata={
-        "help": "with --suite bench: comma-separated scenario names (default: all)"})
+        "help": "with --suite bench: comma-separated scenarios, each a registered name, an id "
+                "fedsel/Bench-<Name>-v0 or a YAML scenario file (an env config plus objective:; default: all)"})
 
 
 def _numbered_folder(runs_dir: Path, name: str, latest: bool, holds_run: Any = None) -> Path:
@@ -222,6 +225,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         print("note: the default preset has little headroom for selection: on a few seeds no policy reaches the "
               "target in fewer rounds than random beyond the noise (docs/EVALUATION.md). `evaluate.py` alone runs "
               "the first look, on scenarios where selection matters.")
+    from fedsel_env.scenarios import env_scenario
+
+    sc = env_scenario(args.env)  # a scenario (a bench id, a YAML file with `objective:`): its objective is shown too
+    if sc is not None:
+        print(f"scenario {sc.name}: scored on {sc.objective} ({'lower' if sc.lower_is_better else 'higher'} is "
+              f"better); the env's reward is " + ("the objective" if sc.objective_env_config()["reward"] == "objective"
+                                                  else f"the file's own ({sc.config['reward']})"))
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     if args.out:
         out = Path(args.out)
@@ -242,6 +252,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         print(f"\nInterrupted: finished episodes are in {e.episodes}; continue with the same "
               f"arguments plus --resume")
         raise SystemExit(130)
+    if sc is not None:  # the table the scenario is judged by: its objective per policy, Δ vs the reference
+        from fedsel_eval.objective import objective_markdown
+
+        print("\n" + objective_markdown(result.records, sc, result.results.reference if result.results else None))
     if args.plots:
         print("plots: " + ", ".join(p.name for p in result.plots))
     print(f"outputs in {out}")

@@ -206,6 +206,21 @@ def load_scenario(path: Union[str, os.PathLike]) -> Scenario:
     return scenario_from_mapping(read_yaml(p, "scenario file"), str(p), p.stem)
 
 
+def env_scenario(env: Any) -> Optional[Scenario]:
+    """The scenario an ``--env`` value names, or None: a registered scenario's id, or a YAML file that names an
+    ``objective:`` (a plain env config, a preset or a mapping: None)."""
+    if isinstance(env, str) and env in SCENARIO_IDS:
+        return SCENARIOS[SCENARIO_IDS[env]]
+    if not is_scenario_file(env) or not Path(env).is_file():
+        return None
+    from .yaml_reader import read_yaml
+
+    data = read_yaml(env, "config file")
+    if not isinstance(data, Mapping) or "objective" not in data:
+        return None
+    return scenario_from_mapping(data, str(env), Path(env).stem)
+
+
 def lookup(key: Union[str, os.PathLike, Scenario]) -> Scenario:
     """A scenario by registered name (``Stragglers``), id (``fedsel/Bench-Stragglers-v0``) or YAML file path.
 
@@ -233,5 +248,5 @@ def lookup(key: Union[str, os.PathLike, Scenario]) -> Scenario:
 
 
 __all__ = ["OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "SCENARIO_IDS", "SCENARIO_KEYS", "Scenario",
-           "TUNING_SEEDS", "is_scenario_file", "load_scenario", "lookup", "register_scenario",
+           "TUNING_SEEDS", "env_scenario", "is_scenario_file", "load_scenario", "lookup", "register_scenario",
            "scenario_from_mapping"]

@@ -116,15 +116,11 @@ def objectives(env: Any, sc: Scenario, make_policy: Callable[[Any], Any],
 
 
 def splice_doc(doc: Path, name: str, text: str) -> None:
-    """Put ``text`` between ``<!-- bench:<name> begin -->`` and ``<!-- bench:<name> end -->`` in ``doc`` (appended
-    with the markers when they are not there yet), the file replaced atomically."""
-    import re
+    """``fedsel_eval.markdown.splice(doc, "bench:<name>", text)``: the benchmark's block ``name`` of ``doc`` (kept for
+    the callers not yet moved to :mod:`fedsel_eval.markdown`, issue #46)."""
+    from .markdown import splice
 
-    begin, end = f"<!-- bench:{name} begin -->", f"<!-- bench:{name} end -->"
-    old = doc.read_text() if doc.is_file() else ""
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    atomic_write_text(doc, pat.sub(lambda _m: block, old) if pat.search(old) else old.rstrip() + "\n\n" + block + "\n")
+    splice(doc, f"bench:{name}", text)
 
 
 def reference_policies(sc: Scenario, lookahead: str = "") -> List[str]:
@@ -377,7 +373,21 @@ def suite_files(out: Path) -> List[Path]:
 
     out = Path(out)
     found = [out / n for n in LEADERBOARD_FILES if (out / n).is_file()]
-    return found + [out / n / EPISODES for n in SCENARIOS if (out / n / EPISODES).is_file()]
+    named = [out / n / EPISODES for n in SCENARIOS if (out / n / EPISODES).is_file()]
+    # a user's scenario file's folder (issue #46): a sub-folder whose episodes are suite rows (never a plain
+    # evaluation's run folder beside it, whose rows have no scenario)
+    others = [p for p in sorted(out.glob(f"*/{EPISODES}")) if p not in named and _holds_suite_rows(p)]
+    return found + named + others
+
+
+def _holds_suite_rows(path: Path) -> bool:
+    """Whether the first line of ``path`` is a suite's episode row (it names its scenario and policy text)."""
+    try:
+        with open(path, "rb") as fh:
+            row = json.loads(fh.readline().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(row, dict) and {"scenario", "policy_spec", "seed", "value"} <= set(row)
 
 
 def check_suite_folder(out: Path, resume: bool = False, overwrite: bool = False) -> None:
@@ -408,7 +418,9 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
     """``evaluate.py --suite bench``: ``policies`` (plus random, the oracle and every heuristic) on each scenario;
     the leaderboard.
 
-    :param seeds: default: the committed reference's seeds of each scenario, else the first 5 reporting seeds.
+    :param seeds: default: the committed reference's seeds of each scenario, else the first 5 of its reporting
+        seeds (a user's scenario file has no reference: the first 5 of its ``reporting_seeds``).
+    :param scenarios: names, ids or YAML scenario files (``fedsel_env.bench.select``; None: every registered one).
     :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
     :param n_envs: episodes played at once through the vector env (the same rows).
     :param resume: continue the suite run in ``out`` (its episodes kept); without it (or ``overwrite``) a folder
@@ -439,8 +451,6 @@ def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: O
            rounds: Optional[int], deadline: float, lookahead: str, plots: bool, log: Callable[[str], Any],
            n_envs: int, reuse: Sequence[Mapping[str, Any]], title: str) -> List[Dict[str, Any]]:
     """:func:`run_suite` with ``out`` locked and checked."""
-    from fedsel_env.bench import REPORTING_SEEDS
-
     summaries = []
     for sc in scs:
         cfg = sc.env_config()
@@ -451,7 +461,7 @@ def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: O
         if these is None:
             ref = sorted({r["seed"] for r in reference_rows() if r["scenario"] == sc.name
                           and r["policy"] == "lookahead"})
-            these = ref or REPORTING_SEEDS[:5]
+            these = ref or list(sc.reporting_seeds[:5])  # a user's scenario has no reference: its first 5
         run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log, n_envs=n_envs)
         summaries.append(summarise(run))
     md = leaderboard_markdown(summaries)
