@@ -228,8 +228,10 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
             return "default", overrides
     elif env.endswith((".yml", ".yaml")) or Path(env).is_file():
         overrides = load_config(env)  # ValueError when missing
-        if "objective" in overrides:  # a scenario file (issue #46): its env, the objective as the default reward
-            from .scenarios import scenario_from_mapping
+        from .scenarios import SCENARIO_KEYS, scenario_from_mapping
+
+        if any(k in overrides for k in SCENARIO_KEYS):  # a scenario file (issue #46): its env, the objective as the
+            # default reward (a scenario key without an objective: refused, naming the objective)
 
             overrides = scenario_from_mapping(overrides, env, Path(env).stem).objective_env_config()
     else:

@@ -49,7 +49,8 @@ def _seed_tuple(value: Any, field_name: str, where: str) -> Tuple[int, ...]:
     ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
         isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in value)
     if not ok:
-        raise ValueError(f"{where}: {field_name} = {value!r} is invalid: expected a non-empty list of integers >= 0 "
+        shown = list(value) if isinstance(value, tuple) else value  # as the YAML wrote it
+        raise ValueError(f"{where}: {field_name} = {shown!r} is invalid: expected a non-empty list of integers >= 0 "
                          f"(e.g. {field_name}: [100, 101, 102])")
     if len(set(value)) != len(value):
         raise ValueError(f"{where}: {field_name} = {list(value)!r} names a seed twice: list each seed once")
