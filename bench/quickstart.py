@@ -238,15 +238,15 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         return {"record": str(TUNING)}
     if args.report_only:
         from fedsel_eval import records
-        from fedsel_eval.bench import splice_doc
+        from fedsel_eval.markdown import splice
 
         text = report(records.load(RESULT))
         for doc in (ROOT / "README.md", ROOT / "docs" / "TRAINING.md"):
-            splice_doc(doc, "quickstart", text)
+            splice(doc, "bench:quickstart", text)
         print(text)
         return {"text": text}
     from fedsel_env.bench import REPORTING_SEEDS
-    from fedsel_eval.bench import splice_doc
+    from fedsel_eval.markdown import splice
 
     seeds = args.seeds or list(REPORTING_SEEDS)
     if len(seeds) < 2:
@@ -261,8 +261,8 @@ def main(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     print(text)
     if not args.no_publish and args.steps is None:
         rec.write(RESULT)
-        splice_doc(ROOT / "README.md", "quickstart", text)
-        splice_doc(ROOT / "docs" / "TRAINING.md", "quickstart", text)
+        splice(ROOT / "README.md", "bench:quickstart", text)
+        splice(ROOT / "docs" / "TRAINING.md", "bench:quickstart", text)
     return {"runs": runs, "record": str(out / "record.json"), "text": text}
 
 

@@ -59,6 +59,7 @@ import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
 from experiments.favor_study import calibrate_target, ci_text, paired  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
 
 NAME = "afl_regime"
 CAP = 100
@@ -284,7 +285,7 @@ def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, ou
              f"cap {res['cap']}): Ω = {res['omega']:.2f}, where random's median accuracy curve at η = "
              f"{res['calibration_rate']:g} stands at round {res['cap'] // 2}. Mean rounds to Ω per policy and local "
              f"rate η (a miss counts as the cap):\n",
-             common.md_table(["policy"] + [f"η = {lr:g}" for lr in rates], rows), "",
+             markdown.table(["policy"] + [f"η = {lr:g}" for lr in rates], rows), "",
              "Chosen per method: " + "; ".join(f"{m}: `{c['policy']}`, η = {c['lr']:g} ({c['tune_mean_rounds']:.1f} "
                                                f"rounds)" for m, c in res["chosen"].items()) + "."]
     sp = res["reset_valuations"]["per_seed"]
@@ -312,7 +313,7 @@ def _table(res: Mapping[str, Any], rep: Any, argv: Sequence[str], clock: Any, ou
                   f"seed). Rounds to Ω = {res['omega']:.2f}, a miss counted at the cap {res['cap']} (a lower bound); "
                   f"Δ = afl − random per seed, 95% Student-t CI; the change is Δ over random's mean rounds "
                   f"(paper: −20% to −70%).\n",
-                  common.md_table(["policy", "tuned settings", "rounds to Ω (mean)", "missed Ω",
+                  markdown.table(["policy", "tuned settings", "rounds to Ω (mean)", "missed Ω",
                                    "Δ rounds vs random [95% CI]", "change in mean rounds [95% CI]",
                                    "seeds faster / slower / tied", "final accuracy", "training samples per round",
                                    "verdict"], rows, align="llrrrrrrrl")]

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import t_interval  # noqa: E402
 
 NAME = "afl_rounds"
 SEEDS = list(range(10))
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] = None) -> Path:
         r_cap = np.array([e["metrics"]["rounds_to_target"] if e["reached"] else cap for e in rnd])
         a_cap = np.array([e["metrics"]["rounds_to_target"] if e["reached"] else cap for e in afl])
         change = 100.0 * (a_cap.mean() / r_cap.mean() - 1.0)  # negative: afl needs fewer rounds
-        diff = common.t_interval((a_cap - r_cap).tolist())  # paired by seed, Student-t 95%
+        diff = t_interval((a_cap - r_cap).tolist())  # paired by seed, Student-t 95%
         faster = int(np.sum(a_cap < r_cap))
         slower = int(np.sum(a_cap > r_cap))
         rows.append([label, common.rounds_cell(rnd, cap), common.rounds_cell(afl, cap), diff.text("+.1f"),
@@ -78,7 +80,7 @@ def main(argv: Sequence[str] = None) -> Path:
                           "afl_final_accuracy": [e["metrics"]["final_accuracy"] for e in afl],
                           "federation_seed": plan.env_config.get("federation_seed")}
         curves.append((label, plan.env_config["target_accuracy"], rnd, afl))
-    table = common.md_table(["federation", "random: rounds to Ω", "afl: rounds to Ω",
+    table = markdown.table(["federation", "random: rounds to Ω", "afl: rounds to Ω",
                              "afl − random, paired [95% CI]",
                              "afl's change in mean rounds (paper: −20% to −70%)", "seeds afl faster / slower / tied",
                              "final accuracy (random / afl)"], rows, align="lrrrrrr")

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from fedsel_eval.bench import splice_doc  # noqa: E402
+from fedsel_eval.markdown import splice  # noqa: E402
 
 from experiments.common import provenance, threads_to_one  # noqa: E402
 
@@ -167,7 +167,7 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     record.write(RESULTS)
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     plot_leaderboard(summaries, FIGURE)
-    splice_doc(DOC, "reference", table)
+    splice(DOC, "bench:reference", table)
 
 
 def record_summaries(path: Path = RESULTS) -> List[Dict[str, Any]]:

@@ -30,8 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, normalised_score, scenario  # noqa: E402
 from fedsel_eval import records  # noqa: E402
-from fedsel_eval.bench import reference_rows, run_scenario, splice_doc  # noqa: E402
-from fedsel_eval.stats import holm  # noqa: E402
+from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
+from fedsel_eval.markdown import splice  # noqa: E402
+from fedsel_eval.stats import holm, t_interval  # noqa: E402
 
 RESULT = ROOT / "experiments" / "results" / "bench_rl.json"
 TRAIN_SEEDS = (0, 1, 2)
@@ -163,7 +164,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 e[f"delta_vs_{tag}"] = across["mean"]
                 e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
                 e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
-                e[f"p_vs_{tag}"] = _t_p(per_seed)
+                e[f"p_vs_{tag}"] = t_interval(per_seed).p  # the t-test of the per-seed means
             entries.append(e)
     # Holm over every comparison in the record (each design x scenario, against random and the best heuristic)
     family = [(i, tag) for i in range(len(entries)) for tag in ("random", "best_heuristic")]
@@ -178,14 +179,6 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                 for e in entries]
     rec.notes["holm_family"] = [f"{entries[i]['scenario']}: {entries[i]['policy']} vs {tag}" for i, tag in family]
     return rec
-
-
-def _t_p(per_seed: Sequence[float]) -> float:
-    """Two-sided one-sample t-test p-value of the per-training-seed mean differences (NaN below two seeds)."""
-    from scipy import stats
-
-    x = [v for v in per_seed if v is not None and math.isfinite(v)]
-    return float(stats.ttest_1samp(x, 0.0).pvalue) if len(x) >= 2 and len(set(x)) > 1 else math.nan
 
 
 def table(rec: records.Record) -> str:
@@ -217,12 +210,13 @@ def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.
     rec = json.loads(Path(path).read_text())
     found = [(s["name"].split(", across")[0], s["value"]) for s in rec["summaries"]
              if "best_heuristic" in s["name"] and s["name"].endswith("across training seeds")]
-    adjusted = holm([_t_p(v.get("per_training_seed") or []) for _n, v in found])
+    ps = [t_interval(v.get("per_training_seed") or []).p for _n, v in found]
+    adjusted = holm(ps)
     lines = ["| comparison | Δ across training seeds [95% CI] | p | p (Holm, all " + str(len(found)) + ") |",
              "|---|---|---:|---:|"]
-    for (name, v), p_holm in zip(found, adjusted):
+    for (name, v), p, p_holm in zip(found, ps, adjusted):
         lines.append(f"| {name} | {v['mean']:+.3g} [{v['lo']:+.3g}, {v['hi']:+.3g}] | "
-                     f"{_t_p(v.get('per_training_seed') or []):.3g} | {p_holm:.3g} |")
+                     f"{p:.3g} | {p_holm:.3g} |")
     return "\n".join(lines)
 
 
@@ -244,7 +238,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.part == "learned_holm":
         text = learned_holm()
         if not args.no_publish:
-            splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_holm", text)
+            splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_holm", text)
         print(text)
         return
     if args.smoke:
@@ -261,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_rl.py", *(argv or sys.argv[1:])])})
         if rec.notes["leaderboard"] and not args.no_publish:
             rec.write(RESULT)
-            splice_doc(ROOT / "docs" / "BENCHMARK.md", "rl", table(rec))
+            splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl", table(rec))
         print(table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
 
 

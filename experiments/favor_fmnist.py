@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
 
 NAME = "favor_fmnist"
 #: The paper's FMNIST column (docs/SPEC.md §6): rounds to 85% for FedAvg / K-Center / FAVOR.
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] = None) -> Path:
             f"{np.mean([np.count_nonzero(r['clients']['participation']) for r in common.episodes_of(records, pol)]):.0f}"
             for pol in ("random", "kcenter", "favor"))
         rows_md.append([lab, published, *ours, best, distinct, len(common.episodes_of(records, "random")), cap])
-    table = common.md_table(["σ", "paper (FedAvg / K-Center / FAVOR), rounds to 85%", "random (FedAvg)", "K-Center",
+    table = markdown.table(["σ", "paper (FedAvg / K-Center / FAVOR), rounds to 85%", "random (FedAvg)", "K-Center",
                              "FAVOR (trained at σ = 0.8)", "best accuracy (random / K-Center / FAVOR)",
                              "distinct clients selected (random / K-Center / FAVOR)", "seeds", "round cap"],
                             rows_md, align="llrrrrrrr")

@@ -33,6 +33,7 @@ seeds 1000–1019 (docs/TRAINING.md) — the tuning seeds here — and is report
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -43,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import Interval, paired_t, t_interval  # noqa: E402
 
 NAME = "favor_study"
 HEURISTICS = ("kcenter", "afl", "pow_d")
@@ -118,7 +121,7 @@ def across_training_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> Dict[str
     one conditional on the trained models (the per-episode-seed mean over the models)."""
     out = {}
     for key in ("rounds_vs_random", "rounds_vs_best"):
-        iv = common.t_interval([v[key]["mean"] for v in per_seed.values()])
+        iv = t_interval([v[key]["mean"] for v in per_seed.values()])
         out[f"{key}_across"] = {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
     return out
 
@@ -191,18 +194,16 @@ def participation(records: Sequence[Mapping[str, Any]], policy: str) -> Dict[str
     return {"jain": float(np.mean([e["metrics"]["jain_index"] for e in eps])), "top_share": float(np.mean(shares))}
 
 
-def paired(a: np.ndarray, b: np.ndarray) -> Dict[str, float]:
-    """Mean of a − b with a 95% t confidence interval over the pairs."""
-    from scipy import stats
-
-    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    half = float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
-    return {"mean": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half), "n": int(d.size)}
+def paired(a: np.ndarray, b: np.ndarray) -> Dict[str, Any]:
+    """Mean of a − b with its 95% Student-t interval over the pairs (:func:`fedsel_eval.stats.paired_t`), in the
+    form results.json stores (``mean``, ``lo``, ``hi``, ``n``; no interval, None, below two pairs)."""
+    return paired_t(a, b).record()
 
 
-def ci_text(p: Mapping[str, float], spec: str = "+.1f") -> str:
-    verdict = " (CI excludes 0)" if p["lo"] > 0 or p["hi"] < 0 else ""
-    return f"{p['mean']:{spec}} [{p['lo']:{spec}}, {p['hi']:{spec}}]{verdict}"
+def ci_text(p: Mapping[str, Any], spec: str = "+.1f") -> str:
+    """A stored interval as ``mean [lo, hi]``, marked when it excludes 0 (``mean`` alone without an interval)."""
+    iv = Interval(*(math.nan if p[k] is None else float(p[k]) for k in ("mean", "lo", "hi")), int(p["n"]))
+    return iv.text(spec) + (" (CI excludes 0)" if iv.excludes_zero() else "")
 
 
 def main(argv: Sequence[str] = None) -> Path:
@@ -394,7 +395,7 @@ def _table(res: Mapping[str, Any], setting: str, argv: Sequence[str], clock: Any
                      f"{e['mean_final_accuracy']:.3f}",
                      "—" if name == "random" else ci_text(e["final_acc_vs_random"], "+.3f"),
                      f"{e['jain']:.2f} / {e['top_client_share']:.3f}"])
-    table = common.md_table(["policy", "rounds to Ω (mean)", "missed Ω", "Δ rounds vs random [95% CI]",
+    table = markdown.table(["policy", "rounds to Ω (mean)", "missed Ω", "Δ rounds vs random [95% CI]",
                              "Δ vs random across training seeds [95% CI]",
                              f"Δ rounds vs {best} [95% CI]", "final accuracy", "Δ final acc vs random [95% CI]",
                              "picks: Jain / most-picked client's share"], rows, align="lrrrrrrrr")

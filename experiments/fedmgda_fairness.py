@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import t_interval  # noqa: E402
 
 NAME = "fedmgda_fairness"
 SEEDS = [0, 1]
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] = None) -> Path:
                        common.mean_std([e["metrics"]["final_accuracy"] for e in eps], ".3f")])
         numbers_a[label] = {"improved_fraction": fr.tolist(),
                             "final_accuracy": [e["metrics"]["final_accuracy"] for e in eps]}
-    table_a = common.md_table(["backend", "improved participants (mean)", "first half of the rounds",
+    table_a = markdown.table(["backend", "improved participants (mean)", "first half of the rounds",
                                "second half", "rounds where every participant improved", "final accuracy"], rows_a)
 
     # Part B: one client scales its update
@@ -117,7 +119,7 @@ def main(argv: Sequence[str] = None) -> Path:
                 cell += f" ({sum(d['diverged'])} diverged)"
             cells.append(cell)
         rows_b.append([label, *cells])
-    table_b = common.md_table(["backend", *[("no attack (s = 1)" if s == 1 else f"s = {s:g}") for s in SCALES]], rows_b)
+    table_b = markdown.table(["backend", *[("no attack (s = 1)" if s == 1 else f"s = {s:g}") for s in SCALES]], rows_b)
 
     cfg_b = plan.env_config
 
@@ -176,17 +178,17 @@ def _epsilon_table(numbers: Mapping[str, Mapping[str, Mapping[str, List[float]]]
     ref = labels[0]  # fedavg
     for label in labels:
         none, free = numbers[label]["none"], numbers[label]["free riders"]
-        loss = common.t_interval([f - n for f, n in zip(free["honest_acc_mean"], none["honest_acc_mean"])])
-        vs_none = common.t_interval([a - b for a, b in zip(none["honest_acc_mean"],
+        loss = t_interval([f - n for f, n in zip(free["honest_acc_mean"], none["honest_acc_mean"])])
+        vs_none = t_interval([a - b for a, b in zip(none["honest_acc_mean"],
                                                            numbers[ref]["none"]["honest_acc_mean"])])
-        vs_free = common.t_interval([a - b for a, b in zip(free["honest_acc_mean"],
+        vs_free = t_interval([a - b for a, b in zip(free["honest_acc_mean"],
                                                            numbers[ref]["free riders"]["honest_acc_mean"])])
         rows.append([label, common.mean_std(none["honest_acc_mean"], ".3f"),
                      common.mean_std(none["acc_worst10"], ".3f"), common.mean_std(none["improved_fraction"], ".3f"),
                      "—" if label == ref else vs_none.text("+.3f"),
                      common.mean_std(free["honest_acc_mean"], ".3f"), loss.text("+.3f"),
                      "—" if label == ref else vs_free.text("+.3f")])
-    return common.md_table(["backend", "honest accuracy, none", "worst-10% accuracy, none", "improved, none",
+    return markdown.table(["backend", "honest accuracy, none", "worst-10% accuracy, none", "improved, none",
                             "Δ honest vs fedavg, none", "honest accuracy, free riders",
                             "Δ from free riders (paired)", "Δ honest vs fedavg, free riders"], rows)
 

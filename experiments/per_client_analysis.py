@@ -55,6 +55,8 @@ import numpy as np  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.favor_study import TUNE_SEEDS, ci_text, paired, rounds, target_and_best  # noqa: E402
 from experiments.per_client_study import ALGO, SETTINGS, SMOKE_TRAIN_HP  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import t_interval  # noqa: E402
 
 NAME = "per_client_analysis"
 SEEDS = TUNE_SEEDS[:10]  # 1000–1009: the study's tuning seeds (its steps 1–2 looked at them; its report did not)
@@ -284,7 +286,7 @@ def episode_stats(tr: Mapping[str, np.ndarray], names: Sequence[str], k: int) ->
 
 
 def _interval(values: Sequence[float]) -> Dict[str, Any]:
-    iv = common.t_interval(values)
+    iv = t_interval(values)
     return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
 
 
@@ -623,7 +625,7 @@ def _table(out: Any, res: Mapping[str, Any], names: Sequence[str], argv: Sequenc
     rows = [[f"`{n}`", _iv_text(v), _iv_text(part["oracle_features"][n]) if n in part["oracle_features"] else "—",
              _iv_text(part["loss_features"][n]) if n in part["loss_features"] else "—"]
             for n, v in part["features"].items()]
-    lines += [common.md_table(["feature", "with the selector's score", "with the one-step oracle value",
+    lines += [markdown.table(["feature", "with the selector's score", "with the one-step oracle value",
                                "with the current loss"], rows, align="lrrr")]
     for target, what in (("score", "the selector's score"), ("current_loss", "the current loss (what pow_d queries)"),
                          ("oracle", "the one-step oracle value")):
@@ -640,14 +642,14 @@ def _table(out: Any, res: Mapping[str, Any], names: Sequence[str], argv: Sequenc
                     + [f"{ov['random_expected']['mean']:.2f}"])
     lines += ["Share of each policy's K picks among the K clients ranked highest by (mean over rounds, 95% t CI "
               "over episodes; ties at the K-th value shared out):\n",
-              common.md_table(["policy", "current loss", "reported loss", "rounds since selected",
+              markdown.table(["policy", "current loss", "reported loss", "rounds since selected",
                                "one-step oracle value", "uniform picks (K/N)"], rows, align="lrrrrr")]
     rows = [[_LABELS.get(p, p), f"{bound['mean_rounds'][p]:.1f}",
              "—" if p == "random" else ci_text(bound["paired"][f"{p}-random"]),
              "—" if p == "pow_d" or f"{p}-pow_d" not in bound["paired"] else ci_text(bound["paired"][f"{p}-pow_d"])]
             for p in ("random", *REFERENCES[1:], "per_client", "per_client_ens", "oracle") if p in bound["mean_rounds"]]
     lines += ["Rounds to Ω on the same seeds (fedsel_eval; a miss counts as the cap; paired by seed, 95% t CI):\n",
-              common.md_table(["policy", "rounds to Ω", "Δ vs random", "Δ vs pow_d"], rows, align="lrrr")]
+              markdown.table(["policy", "rounds to Ω", "Δ vs random", "Δ vs pow_d"], rows, align="lrrr")]
     if len(res["oracle_seeds"]) < len(res["seeds"]):
         lines.append(f"- the one-step oracle played (and its values were recorded on) the first {len(res['oracle_seeds'])} "
                      f"seeds only (`--oracle-seeds`): its differences pair those seeds.")

@@ -45,6 +45,7 @@ from experiments.favor_study import (TUNE_SEEDS, REPORT_SEEDS, TRAIN_SEEDS, acro
                                      across_training_seeds, check_paired_seeds, ci_text, episode_rows,
                                      final_accuracy, paired, participation, per_training_seed, rounds,
                                      study_start, target_and_best)
+from fedsel_eval import markdown  # noqa: E402
 
 NAME = "per_client_study"
 HEURISTICS = ("kcenter", "afl", "pow_d", "oort")
@@ -202,7 +203,7 @@ def _table(res: Mapping[str, Any], argv: Sequence[str], clock: Any, out: Any, wo
                          "—" if pol == best else ci_text(e["rounds_vs_best"]),
                          f"{e['mean_final_accuracy']:.3f}", f"{e['jain']:.2f}"])
         lines += [f"On {titles[name]}, seeds {rep['seeds'][0]}–{rep['seeds'][-1]}:\n",
-                  common.md_table(["policy", "rounds to Ω", "missed", "Δ vs random [95% CI]",
+                  markdown.table(["policy", "rounds to Ω", "missed", "Δ vs random [95% CI]",
                                    "Δ vs random across training seeds [95% CI]", f"Δ vs {best} [95% CI]",
                                    "final acc", "Jain (picks)"], rows, align="lrrrrrrr"), ""]
         for key, what in (("per_client_vs_favor", "per-client selector"), ("per_client_ens_vs_favor", "its ensemble")):

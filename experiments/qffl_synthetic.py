@@ -48,6 +48,8 @@ import numpy as np  # noqa: E402
 from experiments import common  # noqa: E402
 from experiments.records_of import QFFL_METRICS  # noqa: E402
 from fedsel_eval import chunked  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import t_interval  # noqa: E402
 
 NAME = "qffl_synthetic"
 QS = [0.0, 0.1, 1.0, 2.0, 5.0]
@@ -243,7 +245,7 @@ def _report(out: common.Outputs, clock: common.Clock, argv: Sequence[str], args:
         numbers[a] = {}
         for q, rs in by_q.items():
             vals = {m: [r["result"]["metrics"][m] * scale for r in rs] for m, _, scale, _ in METRICS}
-            cis = {m: common.t_interval(v) for m, v in vals.items()}
+            cis = {m: t_interval(v) for m, v in vals.items()}
             per_round = [r["round_seconds"] / r["rounds_played"] for r in rs if r["rounds_played"]]
             numbers[a][f"{q:g}"] = {"seeds": [r["seed"] for r in rs], "values": vals,
                                     "ci95": {m: [c.lo, c.hi] for m, c in cis.items()},
@@ -257,12 +259,12 @@ def _report(out: common.Outputs, clock: common.Clock, argv: Sequence[str], args:
             for q, rs in by_q.items():
                 pairs = [(r, base_runs[r["seed"]]) for r in rs if q > 0 and r["seed"] in base_runs]
                 if pairs:
-                    d = {m: common.t_interval([(x["result"]["metrics"][m] - y["result"]["metrics"][m]) * s
+                    d = {m: t_interval([(x["result"]["metrics"][m] - y["result"]["metrics"][m]) * s
                                                for x, y in pairs]) for m, _, s, _ in METRICS[:3]}
                     comparisons.append(f"{ALGORITHMS[a].label} q = {q:g} − q = 0 ({len(pairs)} paired seeds): variance "
                                        f"{d['acc_var_1e4'].text('+.0f')}, mean accuracy {d['acc_mean'].text('+.1f')} "
                                        f"points, worst 10% {d['acc_worst10'].text('+.1f')} points")
-    table = common.md_table(["algorithm", "q", "seeds"] + [h for _, h, _, _ in METRICS] + ["diverged", "s / round"],
+    table = markdown.table(["algorithm", "q", "seeds"] + [h for _, h, _, _ in METRICS] + ["diverged", "s / round"],
                             rows, align="llr" + "r" * (len(METRICS) + 2))
     unfinished = sorted((r for r in runs.values() if r["status"] != "finished"), key=lambda r: r["rounds_done"])
     commits = sorted({c["commit"] or "none" for r in runs.values() for c in r["chunks"]})

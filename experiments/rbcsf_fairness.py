@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
+from fedsel_eval.stats import t_interval  # noqa: E402
 
 NAME = "rbcsf_fairness"
 VS = [0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0]   # at β = 0.75·m/N
@@ -90,7 +92,7 @@ def tail_accuracy(record: Mapping[str, Any], tail: float = TAIL) -> float:
 
 
 def _paired(a: Sequence[float], b: Sequence[float]) -> Any:
-    return common.t_interval([x - y for x, y in zip(a, b)])
+    return t_interval([x - y for x, y in zip(a, b)])
 
 
 def main(argv: Sequence[str] = None) -> Path:
@@ -156,14 +158,14 @@ def main(argv: Sequence[str] = None) -> Path:
                                     "zmax_at_T": at[1.0].tolist(), "zmax_growth_q4_minus_q3": growth.tolist(),
                                     "zmax_largest": zmax.max(1).tolist()}
         qrows.append([label, f"{beta:.2f}", f"{at[0.1].mean():.2f}", f"{at[0.5].mean():.2f}",
-                      f"{at[1.0].mean():.2f}", f"{zmax.max(1).mean():.2f}", common.t_interval(growth).text("+.2f"),
+                      f"{at[1.0].mean():.2f}", f"{zmax.max(1).mean():.2f}", t_interval(growth).text("+.2f"),
                       f"{beta - at[1.0].mean() / rounds:.3f}", f"{rate.min(1).mean():.3f}"])
     numbers["mean_queue_traces"] = traces
-    table = common.md_table(["policy", "β", "mean round time (s)", f"time for {rounds} rounds (s)",
+    table = markdown.table(["policy", "β", "mean round time (s)", f"time for {rounds} rounds (s)",
                              "min participation rate", "max participation rate", "Jain's index",
                              "clients below β", f"final accuracy (last {TAIL:.0%})", "worst-10% client accuracy"],
                             rows)
-    qtable = common.md_table(["RBCS-F", "β", f"Z_max at round {max(1, int(0.1 * rounds))}",
+    qtable = markdown.table(["RBCS-F", "β", f"Z_max at round {max(1, int(0.1 * rounds))}",
                               f"Z_max at round {rounds // 2}", f"Z_max at round {rounds}", "largest Z_max",
                               "Z_max: 4th-quarter mean − 3rd-quarter mean [95% CI]",
                               "β − Z_max(T)/T (floor it implies)", "min participation rate"], qrows)
@@ -179,7 +181,7 @@ def main(argv: Sequence[str] = None) -> Path:
                       _paired(acc[label], acc["fedcs"]).text("+.3f"), _paired(acc[label], acc["random"]).text("+.3f")])
     crows.append(["random", _paired(rt["random"], rt["fedcs"]).text("+.2f"), "—",
                   _paired(acc["random"], acc["fedcs"]).text("+.3f"), "—"])
-    ctable = common.md_table(["policy", "Δ round time vs FedCS (s)", "Δ round time vs random (s)",
+    ctable = markdown.table(["policy", "Δ round time vs FedCS (s)", "Δ round time vs random (s)",
                               "Δ final accuracy vs FedCS", "Δ final accuracy vs random"], crows)
     fair = [beta_label(s, m, n) for s in shares]
     by_beta = sorted([(DEFAULT_SHARE * m / n, ref)] + [(s * m / n, beta_label(s, m, n)) for s in shares])

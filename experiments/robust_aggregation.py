@@ -37,9 +37,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from experiments.robustness import DOC, mean_std, slug, splice  # noqa: E402
+from experiments.robustness import DOC, mean_std, slug  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
 
-MARKS = ("<!-- robustness:aggregators begin -->", "<!-- robustness:aggregators end -->")
+#: the generated block of docs/ROBUSTNESS.md this script writes (``fedsel_eval.markdown.splice``)
+MARKER = "robustness:aggregators"
 ENV = "tiny"
 #: the backends compared: every registered one at its defaults, and Multi-Krum (m = 2)
 BACKENDS = ["fedavg", "fedprox", "qfedavg", "qfedsgd", "fedmgda+", "median", "trimmed_mean", "krum", "krum:m=2",
@@ -160,11 +162,7 @@ def tables(numbers: Mapping[str, Any], plan: Mapping[str, Dict[str, Any]], backe
 
     def table(title: str, cols: List[str], cell) -> None:
         out.append(f"**{title}**\n")
-        out.append("| backend | " + " | ".join(cols) + " |")
-        out.append("|---|" + "|".join(["---:"] * len(cols)) + "|")
-        for b in backends:
-            out.append(f"| {b} | " + " | ".join(cell(b, c) for c in range(len(cols))) + " |")
-        out.append("")
+        out.append(markdown.table(["backend", *cols], [[b, *(cell(b, c) for c in range(len(cols)))] for b in backends]))
 
     def values(b: str, name: str, key: str) -> List[float]:
         return [v[key] for v in numbers[name].get(b, {}).values()]
@@ -244,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         indent=1, allow_nan=True))
     print("\n" + fragment)
     if args.publish:
-        splice(DOC, fragment, *MARKS)
+        markdown.splice(DOC, MARKER, fragment, append=False)
         print(f"tables spliced into {DOC}")
     return out
 

@@ -34,11 +34,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from agents.training.atomic import atomic_write_text
+from fedsel_eval import markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ROBUSTNESS.md"
-MARK_BEGIN, MARK_END = "<!-- robustness:table begin -->", "<!-- robustness:table end -->"
+#: the generated block of docs/ROBUSTNESS.md this script writes (``fedsel_eval.markdown.splice``)
+MARKER = "robustness:table"
 ATTACKER_FRACTION = 0.2
 #: scenario → its ``adversary`` config (docs/ROBUSTNESS.md explains each)
 SCENARIOS: Dict[str, Dict[str, Any]] = {
@@ -159,13 +160,9 @@ def tables(results: Dict[str, Dict[str, List[Dict[str, float]]]], series: List[s
     out = []
 
     def table(title: str, cols: List[str], cell) -> None:
+        rows = [[*key.split("|"), *(cell(key, c) for c in cols)] for key in series]  # key: policy|backend
         out.append(f"**{title}**\n")
-        out.append("| policy | backend | " + " | ".join(cols) + " |")
-        out.append("|---|---|" + "|".join(["---:"] * len(cols)) + "|")
-        for key in series:
-            policy, backend = key.split("|")
-            out.append(f"| {policy} | {backend} | " + " | ".join(cell(key, c) for c in cols) + " |")
-        out.append("")
+        out.append(markdown.table(["policy", "backend", *cols], rows, align="ll" + "r" * len(cols)))
 
     def values(key: str, scen: str, field: str) -> List[float]:
         return [e[field] for e in results[scen].get(key, [])]
@@ -189,16 +186,6 @@ def tables(results: Dict[str, Dict[str, List[Dict[str, float]]]], series: List[s
     diverged = {c: int(sum(e["diverged"] for v in results[c].values() for e in v)) for c in names}
     out.append("Diverged episodes: " + ", ".join(f"{c} {n}" for c, n in diverged.items()) + ".\n")
     return "\n".join(out)
-
-
-def splice(doc: Path, fragment: str, begin: str = MARK_BEGIN, end: str = MARK_END) -> None:
-    """Put ``fragment`` between the ``begin`` and ``end`` markers of ``doc`` (the other tables' markers differ)."""
-    text = doc.read_text()
-    if begin not in text or end not in text:
-        raise ValueError(f"{doc} has no {begin} … {end} markers")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    atomic_write_text(doc, head + begin + "\n" + fragment + end + tail)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:
@@ -246,7 +233,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                                                  allow_nan=True))
     print("\n" + fragment)
     if args.publish:
-        splice(DOC, fragment)
+        markdown.splice(DOC, MARKER, fragment, append=False)
         print(f"table spliced into {DOC}")
     return out
 

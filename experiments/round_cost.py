@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from experiments import common  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
 
 NAME = "round_cost"
 #: (model, local epochs): the paper's setup first, then the scaled ones.
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] = None) -> Path:
                            f"{r['evaluation_s']:.2f}", f"{r['round_s']:.1f}", f"{r['profiling_s']:.0f}",
                            *[_duration(episode[lab]) for lab in PAPER_ROUNDS]])
         r["episode_estimate_s"] = episode
-    table = common.md_table(["model, local epochs", f"one local epoch, {k} clients (s)", "evaluation (s)",
+    table = markdown.table(["model, local epochs", f"one local epoch, {k} clients (s)", "evaluation (s)",
                              "≈ round (s)", "≈ profiling round (s)",
                              *[f"≈ episode of {n} rounds ({lab}, the paper's FedAvg)" for lab, n in PAPER_ROUNDS.items()]],
                             table_rows)

@@ -33,6 +33,7 @@ from fedsel_env.sim.adversary import MAX_DELAY, Adversary, HonestClients
 from fedsel_env.config import DEFAULT_CONFIG, make_config
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import FEATURE_INDEX
+from fedsel_eval import markdown
 
 from conftest import SMALL
 
@@ -599,9 +600,10 @@ def test_robustness_experiment_reads_episode_records_by_hand(tmp_path):
     assert robustness.mean_std([0.1, -0.3, float("nan")], "+.2f") == "-0.10 ± 0.20"
     assert robustness.rounds_cell([10.0, float("nan")], 40) == "10.0 (1/2)"
     doc = tmp_path / "doc.md"
-    doc.write_text(f"intro\n{robustness.MARK_BEGIN}\nold\n{robustness.MARK_END}\noutro\n")
-    robustness.splice(doc, "new table\n")
-    assert doc.read_text() == f"intro\n{robustness.MARK_BEGIN}\nnew table\n{robustness.MARK_END}\noutro\n"
+    begin, end = markdown.markers(robustness.MARKER)
+    doc.write_text(f"intro\n{begin}\nold\n{end}\noutro\n")
+    markdown.splice(doc, robustness.MARKER, "new table\n", append=False)  # how main() publishes the table
+    assert doc.read_text() == f"intro\n{begin}\nnew table\n{end}\noutro\n"
 
 
 # ================================================================================== model poisoning (issue #44)
