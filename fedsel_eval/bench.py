@@ -22,8 +22,9 @@ carries the key it was played under (issue #44): the hash of the **resolved** en
 included: :func:`config_sha`), the simulator's code version (:func:`code_version`) and the hash of any model
 file the policy reads (:func:`policy_files_sha`). A rerun skips what is there (resumable, also after a deadline:
 ``deadline``; a last line cut short by a crash is cut back first, any other damaged line is a ``ValueError``), and
-rows of the committed reference (``experiments/results/bench_reference.json``) are used instead of being
-replayed only when their whole key matches.
+rows of the committed reference (``fedsel_eval/data/bench_reference.json``, shipped with the package:
+:data:`REFERENCE_JSON`, written by ``experiments/bench_reference.py``) are used instead of being replayed only
+when their whole key matches; a missing reference is an error (:func:`reference_rows`), never an empty one.
 """
 from __future__ import annotations
 
@@ -47,7 +48,10 @@ from .run_folder import atomic_write_text, jsonable
 from .stats import Interval, bootstrap_ci, t_interval
 
 EPISODES = "episodes.jsonl"
-REFERENCE_JSON = Path(__file__).resolve().parents[1] / "experiments" / "results" / "bench_reference.json"
+#: the committed reference record (random, the heuristics and the oracle on every scenario): package data of
+#: ``fedsel_eval`` (pyproject.toml's ``package-data``), so an installed wheel has it; ``experiments/bench_reference.py``
+#: writes it
+REFERENCE_JSON = Path(__file__).resolve().parent / "data" / "bench_reference.json"
 RESAMPLES = 4000
 
 
@@ -168,9 +172,16 @@ def _read_rows(path: Path) -> List[Dict[str, Any]]:
 
 
 def reference_rows(path: Path = REFERENCE_JSON) -> List[Dict[str, Any]]:
-    """Every episode row of the committed reference (none when the file is absent)."""
+    """Every episode row of a reference record (default: the committed one, :data:`REFERENCE_JSON`).
+
+    :raises ValueError: when the file is absent, naming it and the ways on: a missing reference is never taken
+        for an empty one (which would quietly replay, or drop, every reference episode).
+    """
     if not Path(path).is_file():
-        return []
+        raise ValueError(f"the bench reference {path} is missing (an installed fedsel ships it as "
+                         f"fedsel_eval/data/bench_reference.json): reinstall fedsel, write one with "
+                         f"experiments/bench_reference.py, or pass the seeds and reuse_reference=False to play "
+                         f"every episode here")
     doc = json.loads(Path(path).read_text())
     if "rows" in doc:  # the committed record (fedsel_eval.records' format): episode rows naming their chunk
         return [{k: v for k, v in r.items() if k != "chunk"} for r in doc["rows"] if "scenario" in r]

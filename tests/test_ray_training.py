@@ -1,0 +1,219 @@
+"""Training on a Ray cluster (issue #46): ``set_es``'s generations as Ray tasks on a real two-node cluster.
+
+The test starts the cluster itself — ``ray start --head`` and a second ``ray start --address`` node, each on one
+CPU, every node on the loopback address — trains ``set_es`` through :class:`agents.training.ray_map.RayMapper`
+and checks the run equals the one-process run (``set_es.json`` and ``progress.jsonl`` but for the wall times);
+then kills the worker node in the middle of a generation and checks the run is still the same (the lost
+episodes re-run on the head). Every process it started is killed at the end, whatever happened (found by a
+token in their environment and as descendants of those: never by name, so no other Ray on the machine is
+touched).
+
+Ray (since ray-project/ray#1596) replaces ``127.0.0.1`` by the machine's address wherever it is given as a
+node's or the cluster's address (``ray._private.services.resolve_ip_for_localhost``; ray-project/ray#26293,
+#59110), so its servers would listen on that address; the nodes here are started with that replacement
+switched off, and then every Ray server listens on 127.0.0.1 alone. A real cluster needs none of this
+(docs/TRAINING.md, "Training on a Ray cluster").
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the optional extra 'ray' is not installed (pip install -e '.[ray]'); "
+                                        "training on a Ray cluster cannot be tested without it")
+
+from agents.training.ray_map import RayMapper, is_lost  # noqa: E402
+from agents.training.set_es import ESConfig, ESEpisode, play_episode, train  # noqa: E402
+
+pytestmark = pytest.mark.ray_cluster
+
+#: ``ray start`` with Ray's loopback replacement switched off (see the module's docstring)
+LAUNCH = ("import sys, ray._private.services as s; s.resolve_ip_for_localhost = lambda host: host; "
+          "from ray.scripts.scripts import main; sys.argv[0] = 'ray'; main()")
+#: a lost node is noticed after ~3 missed 1-s health checks instead of Ray's default ~15 s
+HEALTH = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """A head and a worker node on this machine (one CPU each), every one of their processes known."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.token, self.port = root, uuid.uuid4().hex, _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.env = {**os.environ, "FEDSEL_RAY_CLUSTER": self.token, "RAY_USAGE_STATS_ENABLED": "0",
+                    "OMP_NUM_THREADS": "1"}
+
+    def start(self) -> None:
+        node = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=80000000",
+                "--disable-usage-stats"]
+        self._ray("start", "--head", f"--port={self.port}", "--include-dashboard=false",
+                  f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
+                  f"--system-config={json.dumps(HEALTH)}", f"--temp-dir={self.root}/head", *node)
+        self._ray("start", f"--address={self.address}", f"--temp-dir={self.root}/worker", *node)
+
+    def _ray(self, *args: str) -> None:
+        done = subprocess.run([sys.executable, "-c", LAUNCH, *args], env=self.env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, f"ray {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+
+    def pids(self, node: Optional[str] = None) -> List[int]:
+        """The cluster's processes (of one node: ``"head"`` / ``"worker"``): those started with this cluster's
+        token in their environment, and their descendants (Ray's workers and agents rewrite their command line
+        and environment with their title, so they are found through their parent)."""
+        table: Dict[int, Any] = {}
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                env = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+                ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            table[int(p)] = (ppid, env, cmd)
+        mark = f"FEDSEL_RAY_CLUSTER={self.token}".encode()
+        # the node's temp dir, as given or with the link resolved
+        where = [f"{r}/{node}/".encode() for r in {str(self.root), os.path.realpath(self.root)}] if node else [b""]
+        found = {p for p, (_, env, cmd) in table.items() if mark in env and any(w in cmd for w in where)}
+        while True:
+            more = {p for p, (ppid, _, _) in table.items() if ppid in found} - found
+            if not more:
+                return sorted(found)
+            found |= more
+
+    def kill(self, node: Optional[str] = None) -> None:
+        """SIGKILL a node's processes (all the cluster's without ``node``), as a machine that is lost."""
+        for _ in range(3):  # a process may start a child while its siblings die
+            for p in self.pids(node):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A started two-node cluster with this process connected to it as the driver; stopped afterwards."""
+    import ray._private.services as services
+
+    (tmp_path / "ray").mkdir()
+    # Ray's socket paths (temp dir + session + socket name) must fit 107 bytes: a short link to the test's folder
+    link = Path(tempfile.mkdtemp(prefix="fr", dir="/tmp")) / "r"
+    link.symlink_to(tmp_path / "ray", target_is_directory=True)
+    c = LocalCluster(link)
+    try:
+        c.start()
+        monkeypatch.setattr(services, "resolve_ip_for_localhost", lambda host: host)
+        ray.init(address=c.address, _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.kill()
+        left = c.pids()
+        shutil.rmtree(link.parent, ignore_errors=True)
+        assert not left, f"cluster processes left running: {left}"
+
+
+class KillingMapper(RayMapper):
+    """A :class:`RayMapper` that records the node of every result and, in its ``kill_at``-th ``map``, kills the
+    worker node while it is playing one of that map's tasks (a Ray worker's title is ``ray::run_item`` while it
+    runs one, ``ray::IDLE`` between them)."""
+
+    def __init__(self, cluster: Optional[LocalCluster] = None, kill_at: int = 0) -> None:
+        super().__init__("auto", log=lambda _line: None)
+        self.cluster, self.kill_at, self.calls, self.all_nodes = cluster, kill_at, 0, []
+        self.killed_busy = False
+
+    def map(self, fn, items):
+        self.calls += 1
+        done = threading.Event()
+        killer = threading.Thread(target=self._kill_when_busy, args=(done,), daemon=True)
+        if self.calls == self.kill_at:
+            killer.start()
+        try:
+            out = super().map(fn, items)
+        finally:
+            done.set()
+            if killer.is_alive():
+                killer.join()
+        self.all_nodes += self.nodes
+        return out
+
+    def _kill_when_busy(self, done: threading.Event) -> None:
+        while not done.is_set():
+            for p in self.cluster.pids("worker"):
+                try:
+                    title = Path(f"/proc/{p}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                if title.startswith(b"ray::run_item"):
+                    self.cluster.kill("worker")
+                    self.killed_busy = True
+                    return
+            time.sleep(0.01)
+
+
+def _run(folder: Path) -> Dict[str, Any]:
+    """What a run wrote that must not depend on where it ran: the policy and the log but for its wall times."""
+    log = [{k: v for k, v in json.loads(x).items() if k != "wall_s"}
+           for x in (folder / "progress.jsonl").read_text().splitlines()]
+    return {"set_es.json": (folder / "set_es.json").read_text(), "progress": log}
+
+
+def test_set_es_on_a_two_node_cluster_equals_one_process_even_when_a_node_dies(cluster, tmp_path):
+    cfg = ESConfig(scenario="Churn", seed=0, generations=2, episodes=2, popsize=3, eval_every=2, eval_seeds=[100],
+                   env_overrides={"max_rounds": 3})
+    quiet = lambda _line: None  # noqa: E731
+    train(cfg, tmp_path / "one", log=quiet)
+    one = _run(tmp_path / "one")
+
+    both = KillingMapper()
+    train(cfg, tmp_path / "two", log=quiet, mapper=both)
+    assert _run(tmp_path / "two") == one
+    assert len(set(both.all_nodes)) == 2  # the episodes were played on both nodes
+
+    lossy = KillingMapper(cluster, kill_at=2)  # map 1: generation 1; map 2: generation 2 (P × E = 6 episodes)
+    train(cfg, tmp_path / "lost", log=quiet, mapper=lossy)
+    assert lossy.killed_busy and lossy.resubmitted >= 1  # the node died playing an episode: re-run elsewhere
+    assert cluster.pids("worker") == []  # the worker node is gone
+    assert _run(tmp_path / "lost") == one
+
+    rerun = lossy.resubmitted
+    bad = ESEpisode({**cfg.env_config(), "num_clients": -1}, "rounds_to_target", (0.0,), 0, 1)
+    with pytest.raises(ValueError, match="num_clients"):  # the task's own error, raised as itself, not re-run
+        lossy.map(play_episode, [bad])
+    assert lossy.resubmitted == rerun
+
+
+def test_a_lost_worker_or_node_is_told_apart_from_an_error_of_the_task():
+    """Only a loss is re-run: a ``RayTaskError`` counts when what it wraps is one; bad settings are refused."""
+    import ray.exceptions as rex
+
+    assert is_lost(rex.NodeDiedError("node 1 died")) and is_lost(rex.WorkerCrashedError())
+    assert is_lost(rex.OwnerDiedError("00" * 28, "", "")) and not is_lost(ValueError("bad input"))
+    wrapped = rex.RayTaskError("play_episode", "Traceback …", rex.WorkerCrashedError())
+    assert is_lost(wrapped) and not is_lost(rex.RayTaskError("f", "Traceback …", ValueError("bad")))
+    with pytest.raises(ValueError, match="retries = -1"):
+        RayMapper("auto", retries=-1)
+    with pytest.raises(ValueError, match="--ray ''"):
+        RayMapper("")
