@@ -1,11 +1,20 @@
-"""Train a client-selection agent on FedSelect: FAVOR's Double DQN (docs/SPEC.md §4) or a Stable-Baselines3 algorithm.
+"""Train any client-selection design on FedSelect: a registered trainer (set_es, set_es_q, set_distill, …) or a Stable-Baselines3 algorithm.
 
+    .venv/bin/python train_agent.py --algo set_es --env Churn --seed 0          # a design on a bench scenario
+    .venv/bin/python train_agent.py --algo set_es --env examples/my_federation.yaml   # on your own scenario file
     .venv/bin/python train_agent.py --algo favor --env default                 # FAVOR on the default preset
     .venv/bin/python train_agent.py --algo favor --env fedsel/FedSelect-Tiny-v0 --n-timesteps 400 --n-envs 2
     .venv/bin/python train_agent.py --algo ppo --env my_federation.yaml        # any YAML env config
     .venv/bin/python train_agent.py --algo favor --env default --name run1 --resume   # continue an interrupted run
 
-The script reads top to bottom (CleanRL style); the machinery lives in :mod:`agents.training`:
+Every ``--algo`` is a trainer of :mod:`agents.training.trainers` (``--algo nope`` lists them). A design of that
+registry (``set_es``, ``set_es_q``, ``set_distill``, ``set_distill_cover``) trains on a scenario — a registered name,
+its id ``fedsel/Bench-<Name>-v0`` or a YAML scenario file — with its settings from ``configs/<algo>.yml`` (the
+scenario's entry, else ``default``), ``--hyperparams`` over them and ``--env-kwargs`` as its env overrides; it writes
+the same run folder (``args.yaml``, ``hyperparams.yaml``, ``env_config.yaml``, its model, ``progress.jsonl``, ``tb/``),
+shows a progress bar, resumes with ``--resume`` and is evaluated by ``evaluate.py --policy runs/train/<name>``.
+The SB3 algorithms take the steps below (the script reads top to bottom, CleanRL style; the machinery lives in
+:mod:`agents.training`, steps 4-8 in :mod:`agents.training.sb3`):
 1. the arguments (:class:`~agents.training.cli.Args`);
 2. the env config: the preset / env id / YAML file (``fedsel_env.config.resolve_env``), the algorithm's
    own ``env_kwargs`` from its hyper-parameter file, then ``--env-kwargs``; checked against what the
@@ -29,7 +38,6 @@ theirs from ``reset(seed)``.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
@@ -41,13 +49,13 @@ if __name__ == "__main__":  # restart under tcmalloc before the heavy imports be
 import torch
 
 from agents.training import cli
-from agents.training.algorithms import algorithm_class, deploy_fn, eval_env_config, is_off_policy
-from agents.training.atomic import atomic_save, atomic_write_yaml, lock_run_folder
-from agents.training.callbacks import AtomicCheckpointCallback, DeployedEvalCallback, per_call
+from agents.training.atomic import lock_run_folder
 from agents.training.cli import Args
-from agents.training.envs import close_envs, make_eval_env, make_vec_env, steps_note
-from agents.training.runs import CKPT_PREFIX, resume_model, save_settings
-from agents.training.settings import prepare
+from agents.training.runs import save_settings
+from agents.training.sb3 import learn
+from agents.training.settings import prepare as prepare_sb3
+from agents.training.settings import prepare_design
+from agents.training.trainers import trainer
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
@@ -55,75 +63,44 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
     return cli.parse_args(argv, description=__doc__.split("\n")[0])
 
 
+def prepare(args: Args) -> Dict[str, Any]:
+    """Every setting of the run, checked before anything is built: an SB3 algorithm's
+    (:func:`agents.training.settings.prepare`) or a registered design's (:func:`~agents.training.settings.prepare_design`).
+
+    :raises ValueError: for an unknown ``--algo`` (listing the registered trainers) or any bad argument.
+    """
+    return prepare_sb3(args) if trainer(args.algo).sb3 else prepare_design(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Path:
     """Train as ``argv`` says; return the run folder."""
     args = parse_args(argv)
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
     with lock_run_folder(setup["run_dir"], "train_agent.py"):  # one writer per run folder: a second is refused
-        return train(setup)
+        return train_design(setup) if "trainer" in setup else learn(setup)
 
 
-def train(setup: Dict[str, Any]) -> Path:
-    """Build the envs and the model (new or resumed), learn, save; ``setup`` is :func:`prepare`'s."""
-    args, run_dir, env_config, hp = setup["args"], setup["run_dir"], setup["env_config"], setup["hp"]
-    if args.verbose:  # the log's first line: SB3's step and episode length against FL rounds
-        print(steps_note(env_config, args.n_envs), flush=True)
+def train_design(setup: Dict[str, Any]) -> Path:
+    """Train a design of the trainer registry (set_es, set_es_q, set_distill, set_distill_cover, or one a user
+    registered) into the run folder, new or resumed; ``setup`` is :func:`prepare`'s."""
+    args, run_dir, hp = setup["args"], setup["run_dir"], setup["hp"]
     torch.set_num_threads(args.torch_threads)
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     if not args.resume:
-        save_settings(run_dir, args, env_config, hp)
-
-    # 4. envs: training (the algorithm's mode) and evaluation (the deployed form, one env in this process)
-    env = make_vec_env(env_config, args.n_envs, args.vec_env)
-    eval_env = make_eval_env(eval_env_config(args.algo, env_config))
-    spec = eval_env.envs[0].unwrapped.selection_spec
-
-    try:  # the envs' worker processes are closed however this ends (a damaged checkpoint, Ctrl-C, an error)
-        # 5. model: the last checkpoint with its replay buffer and step count, or a new one
-        model = resume_model(args, env, run_dir)
-        resumed = model is not None
-        if not resumed:
-            model = algorithm_class(args.algo)(setup["policy"], env, seed=args.seed, device=args.device,
-                                               verbose=args.verbose, tensorboard_log=str(run_dir / "tb"),
-                                               **setup["kwargs"])
-
-        # 6. callbacks (frequencies are in env steps; a callback call is one step of all n_envs envs)
-        eval_cb = DeployedEvalCallback(eval_env, deploy_fn(args.algo, env_config, spec),
-                                       eval_seed=args.seed + 10_000, n_eval_episodes=args.eval_episodes,
-                                       eval_freq=per_call(args.eval_freq, args.n_envs), log_path=str(run_dir),
-                                       best_model_save_path=str(run_dir), verbose=args.verbose)
-        ckpt_cb = AtomicCheckpointCallback(save_freq=per_call(args.save_freq, args.n_envs),
-                                           save_path=str(run_dir / "checkpoints"), name_prefix=CKPT_PREFIX,
-                                           save_replay_buffer=is_off_policy(args.algo), keep=args.keep_checkpoints)
-        if args.resume:
-            eval_cb.restore(run_dir / "evaluations.npz", upto=model.num_timesteps)
-
-        # 7. learn (on resume, only the remaining steps; counters, schedules and the buffer carry on)
-        remaining = args.n_timesteps - model.num_timesteps
-        start = time.perf_counter()
-        try:
-            if remaining > 0:
-                model.learn(total_timesteps=remaining, callback=[eval_cb, ckpt_cb, *setup["callbacks"]],
-                            progress_bar=args.progress_bar, tb_log_name=args.algo.upper(),
-                            reset_num_timesteps=not resumed)
-        except KeyboardInterrupt:
-            path = ckpt_cb.save_on_interrupt(model)
-            print(f"\nInterrupted at step {model.num_timesteps}: checkpoint {path}; continue with "
-                  f"`.venv/bin/python train_agent.py --name {args.name} --runs-dir {args.runs_dir} --resume`")
-            raise SystemExit(130)
-        elapsed = time.perf_counter() - start
-
-        # 8. the final model with its env config beside it (env_config.yaml, written at the start)
-        atomic_save(model.save, run_dir / "model.zip")
-        atomic_write_yaml(run_dir / "summary.yaml", {
-            "algo": args.algo, "env": args.env, "num_timesteps": int(model.num_timesteps), "n_envs": args.n_envs,
-            "train_seconds_this_call": round(elapsed, 2),
-            "best_eval_mean_reward": float(eval_cb.best_mean_reward), "model": "model.zip",
-            "env_config": "env_config.yaml"})
-    finally:
-        close_envs(env, eval_env)
+        save_settings(run_dir, args, setup["env_config"], hp)
+    mapper = None  # the episodes of a set_es generation played in this process
+    # --- --ray [ADDRESS] (issue #46): a RayMapper (agents/training/ray_map.py) plays set_es's generations --------
+    # --- on a Ray cluster instead; it goes here, as `mapper = ...`, for the set_es / set_es_q trainers.    --------
+    try:
+        summary = setup["trainer"].train(args.env, args.seed, run_dir, hp, resume=args.resume,
+                                         progress=args.progress_bar, mapper=mapper,
+                                         log=print if args.verbose else (lambda _line: None))
+    except KeyboardInterrupt:  # every finished generation / episode is on disk: --resume goes on from there
+        print(f"\nInterrupted; continue with `.venv/bin/python train_agent.py --name {args.name} --runs-dir "
+              f"{args.runs_dir} --resume`")
+        raise SystemExit(130)
     if args.verbose:
-        print(f"Saved {run_dir / 'model.zip'} after {model.num_timesteps} steps ({elapsed:.1f} s)")
+        print(f"Saved {run_dir}: {summary}")
     return run_dir
 
 

@@ -120,6 +120,22 @@ def register_algorithm(entry: Algorithm, replace: bool = False) -> Algorithm:
     return entry
 
 
+#: a run folder's policy file → the agent that deploys it (``evaluate.py --policy runs/train/<run>``): the designs
+#: that save no SB3 ``model.zip`` register theirs (``agents/set_es.py``: ``set_es.json``; ``agents/set_distill.py``)
+RUN_FOLDER_AGENTS: Dict[str, str] = {}
+
+
+def register_run_folder(policy_file: str, agent: str) -> None:
+    """A run folder holding ``policy_file`` is deployed as ``agents.make(agent, spec, model=<folder>)``."""
+    RUN_FOLDER_AGENTS[policy_file] = agent
+
+
+def run_folder_agent(path: Union[str, Path]) -> Optional[str]:
+    """The agent that deploys the run folder ``path`` (:data:`RUN_FOLDER_AGENTS`), or None (no such folder)."""
+    p = Path(path)
+    return next((a for f, a in RUN_FOLDER_AGENTS.items() if (p / f).is_file()), None) if p.is_dir() else None
+
+
 def register_deployment(name: str, entry: Deployment, replace: bool = False) -> Deployment:
     """Add ``entry`` to :data:`DEPLOYMENTS`. :raises ValueError: for a name already taken."""
     if name in DEPLOYMENTS and not replace and DEPLOYMENTS[name] != entry:

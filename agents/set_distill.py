@@ -51,6 +51,7 @@ from torch import nn
 
 from fedsel_env.spec import SelectionSpec
 
+from .deploy import register_run_folder
 from .registry import AGENTS
 from .base import SelectionAgent
 from .kcenter import farthest_point
@@ -259,6 +260,9 @@ def observation_space_for(n: int, d: int, n_features: int) -> spaces.Dict:
     return spaces.Dict({"weights": spaces.Box(-np.inf, np.inf, (n + 1, d), np.float32),
                         "clients": spaces.Box(-np.inf, np.inf, (n, n_features), np.float32),
                         "progress": spaces.Box(0.0, 1.0, (2,), np.float32)})
+
+
+register_run_folder(WEIGHTS_FILE, "set_distill")  # evaluate.py --policy runs/train/<a set_distill run>
 
 
 @AGENTS.register("set_distill")

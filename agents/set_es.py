@@ -45,6 +45,7 @@ import numpy as np
 from fedsel_env.spec import SelectionSpec
 
 from .base import SelectionAgent
+from .deploy import register_run_folder
 from .registry import AGENTS
 from .selector_files import check_field, check_weight, read_json_object
 from .set_distill import COVER_FEATURES, CoverTracker, greedy_set, obs_tensors, pair_distances
@@ -114,6 +115,9 @@ def load_policy(folder: Union[str, Path], spec: SelectionSpec) -> Dict[str, Any]
                          f"this env's is {param_names(spec, queries)[:-1]}: train it on this env's client features")
     return {**policy, "queries": queries,
             "params": {n: check_weight(v, where, f"params.{n}") for n, v in params.items()}}
+
+
+register_run_folder(POLICY_FILE, "set_es")  # evaluate.py --policy runs/train/<a set_es run>
 
 
 @AGENTS.register("set_es")

@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 import agents
-from agents.deploy import ALGORITHMS, ModelPolicy, algorithm, deploy, model_class, resolve_model
+from agents.deploy import ALGORITHMS, ModelPolicy, algorithm, deploy, model_class, resolve_model, run_folder_agent
 from agents.saved_models import load_model
 from fedsel_env.config import make_config
 from fedsel_env.registry import is_import_path
@@ -97,6 +97,10 @@ def parse_policy(text: str, env_config: Optional[Mapping[str, Any]] = None) -> P
             and not Path(rest).exists():
         raise ValueError(f"bad --policy {text!r}: {head!r} is no model algorithm; ALGO:PATH takes one of "
                          f"{sorted(ALGORITHMS)} or a class's import path (package.module:Class:PATH)")
+    design = run_folder_agent(rest)  # a run folder of a design that saves its own policy file (set_es, set_distill)
+    if design is not None:
+        return PolicySpec(label=given_label or f"{design}:{Path(rest).name}", kind="agent", source=design,
+                          params={"model": str(Path(rest).resolve())})
     source, params_text = agents.AGENTS.split(rest)
     if agents.AGENTS.knows(source) and not _looks_like_path(source):
         agents.AGENTS.lookup(source)  # an import path: the module, the class and its interface are checked now

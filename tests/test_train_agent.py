@@ -270,7 +270,7 @@ def _write(path: Path, data) -> str:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--algo", "sarsa"], "unknown --algo 'sarsa'; algorithms: favor"),
+    (["--algo", "sarsa"], "unknown --algo 'sarsa'; registered trainers: ['a2c', 'dqn', 'favor'"),
     (["--env", "nowhere"], "unknown --env 'nowhere': give a preset"),
     (["--env", "missing.yaml"], "does not exist"),
     (["--algo", "dqn", "--env-kwargs", "action_mode=topk"], "cannot act in action_mode 'topk'"),

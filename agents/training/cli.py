@@ -22,8 +22,10 @@ class Args:
     """The flags of ``train_agent.py`` (``python train_agent.py --help`` lists them)."""
 
     algo: str = field(default="favor", metadata={
-        "help": f"algorithm: {trainable_algorithms()}, or an SB3 algorithm class's import path package.module:Class"})
-    env: str = field(default="default", metadata={"help": "a preset name, an env id, or a YAML env-config path"})
+        "help": f"trainer (agents/training/trainers.py): set_es, set_es_q, set_distill, set_distill_cover, the SB3 "
+                f"algorithms {trainable_algorithms()}, or an SB3 algorithm class's import path package.module:Class"})
+    env: str = field(default="default", metadata={"help": "a preset name, an env id, a YAML env-config path; for a "
+                                                          "design (set_es, …) a scenario: name, id or YAML scenario file"})
     env_kwargs: List[str] = field(default_factory=list, metadata={
         "help": "env-config overrides KEY=VALUE or KEY:VALUE (VALUE read as YAML), e.g. max_rounds=30 "
                 "'flat_parts=[weights,clients]'"})
