@@ -18,7 +18,8 @@ advance (its defaults: 16 candidates, depth 1).
 so a partial run covers every scenario with the same seeds), episode rows appended to
 ``runs/bench_reference/<scenario>/episodes.jsonl`` as they end (``fedsel_eval.bench``: resumable; a run stops
 cleanly at ``--max-minutes`` and the next continues). After each seed the record
-(``experiments/results/bench_reference.json``, ``fedsel_eval.records``' format: the scenarios' configs, one row per
+(``fedsel_eval/data/bench_reference.json``, package data of ``fedsel_eval``, which reads it at run time;
+``fedsel_eval.records``' format: the scenarios' configs, one row per
 episode naming the chunk that played it, each chunk's commit and dirty flag, and every policy's mean objective
 and every headroom as summaries computed from the rows — ``python -m fedsel_eval.recompute`` checks them), the
 script's own state (``experiments/results/bench_reference_progress.json``: the same rows with the bootstrap
@@ -43,12 +44,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from fedsel_eval.bench import REFERENCE_JSON  # noqa: E402
 from fedsel_eval.markdown import splice  # noqa: E402
 
 from experiments.common import provenance, threads_to_one  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "experiments" / "results" / "bench_reference.json"
+RESULTS = REFERENCE_JSON  # fedsel_eval/data/bench_reference.json: shipped with the package, read by fedsel_eval.bench
 PROGRESS = ROOT / "experiments" / "results" / "bench_reference_progress.json"
 FIGURE = ROOT / "docs" / "img" / "bench_reference.png"
 DOC = ROOT / "docs" / "BENCHMARK.md"
@@ -108,8 +110,9 @@ def reference(args: argparse.Namespace) -> None:
     chunk = {"id": chunk_id, **provenance(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
              "max_minutes": args.max_minutes}
     doc.setdefault("chunks", []).append(chunk)
-    # a published run also takes the committed record's episodes (a fresh clone continues, not replays, them)
-    reuse = reference_rows(RESULTS) if not (args.smoke or args.no_publish) else []
+    # a published run also takes the committed record's episodes (a fresh clone continues, not replays, them;
+    # the very first run has no record yet)
+    reuse = reference_rows(RESULTS) if RESULTS.is_file() and not (args.smoke or args.no_publish) else []
     played_in = {name: {(r["policy"], r["seed"]): r["chunk"] for r in e.get("episodes", []) if "chunk" in r}
                  for name, e in doc.get("scenarios", {}).items()}
     for seed in seeds:

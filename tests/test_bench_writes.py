@@ -133,3 +133,21 @@ def test_a_model_file_rewritten_in_place_is_another_policy(tmp_path):
     assert bench.run_scenario(tmp_path / "a", SC, [policy], [0], _cfg(), reuse=ref).rows[0]["value"] == 1234.5
     (model / POLICY_FILE).write_text(json.dumps({"params": {n: (1.0 if n == "w" else 0.0) for n in names}}))
     assert bench.run_scenario(tmp_path / "b", SC, [policy], [0], _cfg(), reuse=ref).rows[0]["value"] != 1234.5
+
+
+def test_the_reference_ships_with_the_package_and_a_missing_one_is_an_error(tmp_path):
+    """Issue #46: the committed reference is package data of ``fedsel_eval`` (an installed wheel has it: pyproject's
+    ``package-data`` covers it), read from there, not from ``experiments/``; a missing file is a ``ValueError``
+    naming it and the ways on, never an empty reference (which quietly replayed every episode)."""
+    import fnmatch
+    import tomllib
+
+    root = Path(bench.__file__).resolve().parents[1]
+    rel = bench.REFERENCE_JSON.relative_to(Path(bench.__file__).resolve().parent)  # inside the package
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert any(fnmatch.fnmatch(rel.as_posix(), g) for g in declared["fedsel_eval"])
+    assert "experiments" not in bench.REFERENCE_JSON.relative_to(root).parts
+    rows = bench.reference_rows()
+    assert rows and {"scenario", "policy", "seed", "value"} <= set(rows[0])
+    with pytest.raises(ValueError, match=r"bench reference .*none\.json is missing.*reuse_reference=False"):
+        bench.reference_rows(tmp_path / "none.json")
