@@ -296,7 +296,7 @@ def _bench(args: Args) -> Path:
     run_suite(out, policies, scenarios, seeds, rounds=args.rounds, plots=args.plots,
               log=print if args.progress else (lambda _line: None), n_envs=args.n_envs, resume=args.resume,
               overwrite=args.overwrite, reuse_reference=preset["reuse_reference"], title=title,
-              torch_threads=args.torch_threads)
+              torch_threads=args.torch_threads, ray=args.ray)
     print("\n" + (out / "leaderboard.md").read_text())
     print(f"{time.time() - started:.0f} s; outputs in {out} (leaderboard.md, .json" +
           (", .png)" if args.plots else ")"))

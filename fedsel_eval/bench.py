@@ -44,6 +44,7 @@ from agents.training.atomic import append_line, atomic_write_bytes, lock_run_fol
 
 from .leaderboard import leaderboard_markdown, plot_leaderboard
 from .policies import build_policy, parse_policy
+from .ray_executor import check_address as check_ray_address
 from .run_folder import atomic_write_text, jsonable
 from .stats import Interval, bootstrap_ci, t_interval
 
@@ -191,13 +192,15 @@ def reference_rows(path: Path = REFERENCE_JSON) -> List[Dict[str, Any]]:
 def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Sequence[int],
                  config: Optional[Mapping[str, Any]] = None, deadline: float = math.inf,
                  reuse: Sequence[Mapping[str, Any]] = (), log: Callable[[str], Any] = lambda _l: None,
-                 n_envs: int = 1) -> ScenarioRun:
+                 n_envs: int = 1, ray: Optional[str] = None) -> ScenarioRun:
     """Play what ``folder`` lacks of ``policies`` × ``seeds`` on ``sc`` (in seed order) until ``deadline``.
 
     :param config: the env config (default: the scenario's; e.g. a smaller ``max_rounds`` for a smoke run).
     :param reuse: rows from elsewhere (the committed reference) taken when config, policy and seed match.
     :param n_envs: play up to this many episodes at once through the vector env (``fedsel_eval.vector_episodes``;
         the same rows, appended as each ends).
+    :param ray: play every episode as a Ray task (``fedsel_eval.ray_executor.suite_episodes``: ``"local"``,
+        ``"auto"`` or a cluster address; the same rows, appended as each ends).
     :return: the rows of the requested policies and seeds that exist now (fewer when the deadline came first).
     :raises ValueError: when another run holds ``folder`` (its lock), a line of its ``episodes.jsonl`` is damaged
         (other than a last line cut short), or the disk is full (naming the file).
@@ -230,7 +233,7 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
     folder = Path(folder)
     try:
         with lock_run_folder(folder, "fedsel_eval.bench"):  # one writer per scenario folder: a second is refused
-            return _play(folder, sc, cfg, sha, code, kept, models, seeds, deadline, reuse, log, n_envs, env)
+            return _play(folder, sc, cfg, sha, code, kept, models, seeds, deadline, reuse, log, n_envs, env, ray)
     except BaseException:
         if env is not None:
             env.close()
@@ -239,7 +242,8 @@ def run_scenario(folder: Path, sc: Scenario, policies: Sequence[str], seeds: Seq
 
 def _play(folder: Path, sc: Scenario, cfg: Dict[str, Any], sha: str, code: str, kept: List[Tuple[str, Any]],
           models: Mapping[str, Optional[str]], seeds: Sequence[int], deadline: float,
-          reuse: Sequence[Mapping[str, Any]], log: Callable[[str], Any], n_envs: int, env: Any) -> ScenarioRun:
+          reuse: Sequence[Mapping[str, Any]], log: Callable[[str], Any], n_envs: int, env: Any,
+          ray: Optional[str] = None) -> ScenarioRun:
     """:func:`run_scenario`'s episodes, with the folder locked."""
     from fedsel_env.env import FedSelectEnv
 
@@ -265,7 +269,12 @@ def _play(folder: Path, sc: Scenario, cfg: Dict[str, Any], sha: str, code: str, 
             f"{' (missed Ω)' if row['censored'] else ''}, {row['wall_time_s']:.1f} s")
 
     todo = [(int(seed), text, spec) for seed in seeds for text, spec in kept if (text, int(seed)) not in have]
-    if n_envs > 1 and todo:  # several episodes at once through the vector env (the same rows)
+    if ray is not None and todo:  # every episode a Ray task (the same rows), kept as each ends
+        from .ray_executor import suite_episodes
+
+        for i, rec, cost in suite_episodes(cfg, [(spec, seed) for seed, _, spec in todo], ray, deadline, log):
+            keep(*todo[i], rec, cost)
+    elif n_envs > 1 and todo:  # several episodes at once through the vector env (the same rows)
         from .vector_episodes import EpisodeJob, play
 
         jobs = []
@@ -425,7 +434,7 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
               rounds: Optional[int] = None, deadline: float = math.inf, lookahead: str = "",
               plots: bool = True, log: Callable[[str], Any] = print, n_envs: int = 1, resume: bool = False,
               overwrite: bool = False, heuristics: bool = True, reuse_reference: bool = True,
-              title: str = "", torch_threads: Optional[int] = 1) -> List[Dict[str, Any]]:
+              title: str = "", torch_threads: Optional[int] = 1, ray: Optional[str] = None) -> List[Dict[str, Any]]:
     """``evaluate.py --suite bench``: ``policies`` (plus random, the oracle and every heuristic) on each scenario;
     the leaderboard.
 
@@ -434,6 +443,7 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
     :param scenarios: names, ids or YAML scenario files (``fedsel_env.bench.select``; None: every registered one).
     :param rounds: a smaller round budget (smoke runs; the reference rows then do not apply).
     :param n_envs: episodes played at once through the vector env (the same rows).
+    :param ray: every episode a Ray task (:func:`run_scenario`; ``evaluate.py --suite bench --ray [ADDRESS]``).
     :param resume: continue the suite run in ``out`` (its episodes kept); without it (or ``overwrite``) a folder
         that holds one is refused (:func:`check_suite_folder`).
     :param heuristics: show every hand-written agent (:func:`heuristic_policies`) beside ``policies``.
@@ -451,16 +461,22 @@ def run_suite(out: Path, policies: Sequence[str], scenarios: Any = None, seeds: 
     out = Path(out)
     from fedsel_env.threads import torch_threads as threads
 
+    if ray is not None and n_envs > 1:  # refused before anything runs
+        raise ValueError(f"--ray and --n-envs {n_envs} exclude each other: with --ray every episode is a Ray task of "
+                         f"its own; drop one")
+    check_ray_address(ray)
+
     with lock_run_folder(out, "evaluate.py --suite bench"), threads(torch_threads):  # a second suite on one --out
         check_suite_folder(out, resume=resume, overwrite=overwrite)                    # is refused
         shown = list(dict.fromkeys([*(heuristic_policies() if heuristics else []), *policies]))
         return _suite(out, scs, shown, seeds, rounds, deadline, lookahead, plots, log, n_envs,
-                      reference_rows() if reuse_reference else [], title)
+                      reference_rows() if reuse_reference else [], title, ray)
 
 
 def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: Optional[Sequence[int]],
            rounds: Optional[int], deadline: float, lookahead: str, plots: bool, log: Callable[[str], Any],
-           n_envs: int, reuse: Sequence[Mapping[str, Any]], title: str) -> List[Dict[str, Any]]:
+           n_envs: int, reuse: Sequence[Mapping[str, Any]], title: str,
+           ray: Optional[str] = None) -> List[Dict[str, Any]]:
     """:func:`run_suite` with ``out`` locked and checked."""
     summaries = []
     for sc in scs:
@@ -473,7 +489,7 @@ def _suite(out: Path, scs: Sequence[Scenario], policies: Sequence[str], seeds: O
             ref = sorted({r["seed"] for r in reference_rows() if r["scenario"] == sc.name
                           and r["policy"] == "lookahead"})
             these = ref or list(sc.reporting_seeds[:5])  # a user's scenario has no reference: its first 5
-        run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log, n_envs=n_envs)
+        run = run_scenario(out / sc.name, sc, todo, these, cfg, deadline, reuse, log, n_envs=n_envs, ray=ray)
         summaries.append(summarise(run))
     md = leaderboard_markdown(summaries)
     atomic_write_text(out / "leaderboard.md", (f"{title}\n\n" if title else "") + md + "\n")

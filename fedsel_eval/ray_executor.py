@@ -21,7 +21,8 @@ the experiments' parts — start it once.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Sequence
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 if TYPE_CHECKING:
     from .plan import EpisodeTask, EvalPlan
@@ -72,4 +73,44 @@ def ray_episodes(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int
         raise
 
 
-__all__ = ["LOCAL", "check_address", "connect", "ray_episodes"]
+def suite_episode(item: Tuple[Mapping[str, Any], Any, int]) -> Tuple[Dict[str, Any], Any]:
+    """One ``--suite bench`` episode ``(env config, parsed policy, seed)`` as a Ray task: the episode on this
+    process's env of that config (``fedsel_env.rollout.env_for``, kept between tasks; every episode starts from
+    ``reset(seed)``) → (its record, the policy's planning cost: the oracle's ``planned_rounds``, if it has one)."""
+    from types import SimpleNamespace
+
+    from fedsel_env.rollout import env_for
+
+    from .episodes import run_episode
+    from .policies import build_policy
+
+    cfg, spec, seed = item
+    made: List[Any] = []
+
+    def make(selection_spec: Any) -> Any:
+        made.append(build_policy(spec, selection_spec, seed))
+        return made[-1]
+
+    rec = run_episode(env_for(cfg), None, seed, make_policy=make)
+    cost = {k: getattr(made[0], k) for k in ("planned_rounds", "planning_seconds") if hasattr(made[0], k)}
+    return rec, SimpleNamespace(**cost)
+
+
+def suite_episodes(cfg: Mapping[str, Any], todo: Sequence[Tuple[Any, int]], address: str, deadline: float,
+                   log: Callable[[str], Any]) -> Iterator[Tuple[int, Dict[str, Any], Any]]:
+    """``fedsel_eval.bench``'s episodes ``todo`` (parsed policy, seed) of one scenario's config as Ray tasks
+    (:class:`agents.training.ray_map.RayMapper`: a task lost with its node is re-run): yield ``(index, record,
+    planning cost)`` as each ends, until ``deadline`` (the tasks not finished then are cancelled)."""
+    from agents.training.ray_map import RayMapper
+
+    episodes = RayMapper(address, log=log).as_completed(suite_episode, [(cfg, spec, seed) for spec, seed in todo])
+    try:
+        for i, ((rec, cost), _node) in episodes:
+            yield i, rec, cost
+            if time.time() >= deadline:
+                break
+    finally:
+        episodes.close()
+
+
+__all__ = ["LOCAL", "check_address", "connect", "ray_episodes", "suite_episode", "suite_episodes"]

@@ -93,6 +93,30 @@ def test_interrupted_ray_run_resumes(local_ray, local_run, tmp_path, monkeypatch
     assert records(out) == local_run
 
 
+@pytest.mark.slow
+def test_bench_suite_on_ray_gives_the_rows_of_a_local_run(local_ray, tmp_path):
+    """``evaluate.py --suite bench --ray`` (issue #46): every suite episode a Ray task (the env of its config kept in
+    the Ray worker), the same rows as the suite played in this process; with --n-envs it is refused."""
+    suite = ["--suite", "bench", "--scenarios", "Churn", "--rounds", "2", "--seeds", "0", "--no-progress",
+             "--no-plots"]
+    evaluate.main(suite + ["--out", str(tmp_path / "here")])
+    evaluate.main(suite + ["--out", str(tmp_path / "ray"), "--ray"])
+
+    def rows(folder):
+        out = {}
+        for line in (folder / "Churn" / "episodes.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            for k in ("wall_time_s", "planning_seconds"):
+                r.pop(k, None)
+            out[(r["policy"], r["seed"])] = r
+        return out
+
+    here = rows(tmp_path / "here")
+    assert rows(tmp_path / "ray") == here and ("lookahead", 0) in here and "planned_rounds" in here[("lookahead", 0)]
+    with pytest.raises(ValueError, match="--ray and --n-envs 2 exclude each other"):
+        evaluate.main(suite + ["--out", str(tmp_path / "both"), "--ray", "--n-envs", "2"])
+
+
 def test_ray_missing_is_refused_naming_the_fix(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     out = tmp_path / "no_ray"

@@ -39,7 +39,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 #: The ``--ray`` value that starts a Ray instance on this machine.
 LOCAL = "local"
-INSTALL_HINT = "pip install -e '.[ray]' (or '.[flower]', whose flwr[simulation] brings it; scripts/setup.sh installs both)"
+INSTALL_HINT = ("pip install -e '.[ray]' (or '.[flower]', whose flwr[simulation] brings it; scripts/setup.sh installs "
+                "both)")
 #: the names, in ``ray.exceptions``, of the errors that mean a task's worker, node or result was lost (not
 #: that the task's code failed): such a task is submitted again
 LOST = ("WorkerCrashedError", "NodeDiedError", "LocalRayletDiedError", "ObjectLostError", "OwnerDiedError",
