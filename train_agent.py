@@ -56,6 +56,7 @@ from agents.training.sb3 import learn
 from agents.training.settings import prepare as prepare_sb3
 from agents.training.settings import prepare_design
 from agents.training.trainers import trainer
+from fedsel_env.config import read_yaml
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
@@ -69,6 +70,10 @@ def prepare(args: Args) -> Dict[str, Any]:
 
     :raises ValueError: for an unknown ``--algo`` (listing the registered trainers) or any bad argument.
     """
+    saved = Path(args.runs_dir) / (args.name or "") / "args.yaml"
+    if args.resume and args.name and saved.is_file():  # the run's own algorithm decides which path resumes it
+        algo = (read_yaml(saved, "run settings file") or {}).get("algo")
+        args.algo = algo if isinstance(algo, str) else args.algo
     return prepare_sb3(args) if trainer(args.algo).sb3 else prepare_design(args)
 
 

@@ -1,7 +1,7 @@
 """The trainer registry (issue #46): every learned design by name, each trained by one function of one signature.
 
     train(scenario_or_env, seed, folder, hyperparams, *, resume=False, progress=False, deadline=math.inf,
-          log=print, mapper=None) -> summary
+          log=print, mapper=None, stop_after=None) -> summary
 
 - ``scenario_or_env``: a registered scenario's name (``Churn``), its id (``fedsel/Bench-Churn-v0``) or the path of a
   YAML scenario file (``fedsel_env.scenarios``); an SB3 trainer also takes any ``--env`` of ``train_agent.py``;
@@ -12,7 +12,8 @@
 - ``resume``: continue the run in ``folder`` (without it a folder holding a run is refused);
 - ``progress``: a progress bar; ``deadline``: ``time.time()`` after which no new generation / episode starts;
   ``log``: where the per-generation lines go; ``mapper``: who plays ``set_es``'s episodes (``agents/training/
-  set_es.py``'s :data:`~agents.training.set_es.Mapper`; ``None``: this process).
+  set_es.py``'s :data:`~agents.training.set_es.Mapper`; ``None``: this process); ``stop_after``: at most this many
+  generations / episodes in this call (a chunk; the run resumes from there).
 
 The designs registered here: ``set_es`` and ``set_es_q`` (CMA-ES over a linear set value, Hansen & Ostermeier 2001;
 ``agents/training/set_es.py``), ``set_distill`` and ``set_distill_cover`` (DAgger from the lookahead oracle, Ross et
@@ -79,6 +80,7 @@ def register_trainer(entry: Trainer, replace: bool = False) -> Trainer:
 
 def registered() -> List[str]:
     """Every name ``train_agent.py --algo`` trains: the design trainers and the SB3 algorithms, sorted."""
+    import agents  # noqa: F401 — the agent modules register their algorithms (favor, pc_dqn, …) on import
     from agents.deploy import trainable_algorithms
 
     return sorted({*TRAINERS, *trainable_algorithms()})
@@ -90,6 +92,7 @@ def trainer(name: str) -> Trainer:
 
     :raises ValueError: for an unknown name, listing the registered ones.
     """
+    import agents  # noqa: F401 — the agent modules register their algorithms (favor, pc_dqn, …) on import
     from agents.deploy import ALGORITHMS
     from fedsel_env.registry import is_import_path
 
@@ -321,7 +324,8 @@ SB3_RUN_KEYS = ("eval_freq", "eval_episodes", "save_freq", "keep_checkpoints", "
 
 def train_sb3(scenario_or_env: str, seed: int, folder: Path, hyperparams: Mapping[str, Any], *, algo: str = "",
               resume: bool = False, progress: bool = False, deadline: float = math.inf,
-              log: Callable[[str], Any] = print, mapper: Any = None) -> Dict[str, Any]:
+              log: Callable[[str], Any] = print, mapper: Any = None,
+              stop_after: Optional[int] = None) -> Dict[str, Any]:
     """An SB3 algorithm as ``train_agent.py`` trains it (``agents.training.settings.prepare`` then
     ``agents.training.sb3.learn``): ``hyperparams`` over ``configs/<algo>.yml``'s entry, ``env_overrides`` as
     ``--env-kwargs``, :data:`SB3_RUN_KEYS` as the flags of the same name. It runs to ``n_timesteps``."""
@@ -332,8 +336,9 @@ def train_sb3(scenario_or_env: str, seed: int, folder: Path, hyperparams: Mappin
 
     if mapper is not None:
         raise ValueError(f"{algo}: Stable-Baselines3 trains in one process: no mapper / --ray for it")
-    if math.isfinite(deadline):
-        raise ValueError(f"{algo}: Stable-Baselines3 trains to n_timesteps: no deadline (give a smaller n_timesteps)")
+    if math.isfinite(deadline) or stop_after is not None:
+        raise ValueError(f"{algo}: Stable-Baselines3 trains to n_timesteps: no deadline / stop_after (give a smaller "
+                         f"n_timesteps)")
     hp = dict(hyperparams)
     run = {k: hp.pop(k) for k in SB3_RUN_KEYS if k in hp}
     env_kwargs = [f"{k}={json.dumps(v)}" for k, v in (hp.pop("env_overrides", None) or {}).items()]
