@@ -81,8 +81,23 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     """Train as ``argv`` says; return the run folder."""
     args = parse_args(argv)
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
+    setup["mapper"] = ray_mapper(args, setup)
     with lock_run_folder(setup["run_dir"], "train_agent.py"):  # one writer per run folder: a second is refused
         return train_design(setup) if "trainer" in setup else learn(setup)
+
+
+def ray_mapper(args: Args, setup: Dict[str, Any]) -> Any:
+    """``--ray [ADDRESS]`` (issue #46): a :class:`~agents.training.ray_map.RayMapper` that plays each set_es /
+    set_es_q generation's episodes as Ray tasks (None without ``--ray``). :raises ValueError: for an SB3
+    algorithm (one process), a bad address or Ray not installed — before anything is written."""
+    if args.ray is None:
+        return None
+    if "trainer" not in setup:
+        raise ValueError(f"--ray: {args.algo} is a Stable-Baselines3 algorithm, trained in one process; --ray plays "
+                         f"the generations of set_es / set_es_q: drop --ray")
+    from agents.training.ray_map import RayMapper
+
+    return RayMapper(args.ray)
 
 
 def train_design(setup: Dict[str, Any]) -> Path:
@@ -93,9 +108,7 @@ def train_design(setup: Dict[str, Any]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     if not args.resume:
         save_settings(run_dir, args, setup["env_config"], hp)
-    mapper = None  # the episodes of a set_es generation played in this process
-    # --- --ray [ADDRESS] (issue #46): a RayMapper (agents/training/ray_map.py) plays set_es's generations --------
-    # --- on a Ray cluster instead; it goes here, as `mapper = ...`, for the set_es / set_es_q trainers.    --------
+    mapper = setup.get("mapper")  # None: the episodes of a set_es generation played in this process
     try:
         summary = setup["trainer"].train(args.env, args.seed, run_dir, hp, resume=args.resume,
                                          progress=args.progress_bar, mapper=mapper,

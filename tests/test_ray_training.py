@@ -32,11 +32,15 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # train_agent.py lives at the repository root
+    sys.path.insert(0, str(REPO))
+
 ray = pytest.importorskip("ray", reason="the optional extra 'ray' is not installed (pip install -e '.[ray]'); "
                                         "training on a Ray cluster cannot be tested without it")
 
 from agents.training.ray_map import RayMapper, is_lost  # noqa: E402
-from agents.training.set_es import ESConfig, ESEpisode, play_episode, train  # noqa: E402
+from agents.training.set_es import ESEpisode, play_episode  # noqa: E402
 
 pytestmark = pytest.mark.ray_cluster
 
@@ -180,26 +184,32 @@ def _run(folder: Path) -> Dict[str, Any]:
     return {"set_es.json": (folder / "set_es.json").read_text(), "progress": log}
 
 
-def test_set_es_on_a_two_node_cluster_equals_one_process_even_when_a_node_dies(cluster, tmp_path):
-    cfg = ESConfig(scenario="Churn", seed=0, generations=2, episodes=2, popsize=3, eval_every=2, eval_seeds=[100],
-                   env_overrides={"max_rounds": 3})
-    quiet = lambda _line: None  # noqa: E731
-    train(cfg, tmp_path / "one", log=quiet)
-    one = _run(tmp_path / "one")
+#: set_es for 2 generations of 3 candidates × 2 federations of 3 rounds (and the learning curve on one seed)
+TINY = ["--algo", "set_es", "--env", "Churn", "--hyperparams", "generations=2", "episodes=2", "popsize=3",
+        "eval_every=2", "eval_seeds=[100]", "--env-kwargs", "max_rounds=3", "--no-progress-bar", "--verbose", "0"]
 
-    both = KillingMapper()
-    train(cfg, tmp_path / "two", log=quiet, mapper=both)
-    assert _run(tmp_path / "two") == one
-    assert len(set(both.all_nodes)) == 2  # the episodes were played on both nodes
 
-    lossy = KillingMapper(cluster, kill_at=2)  # map 1: generation 1; map 2: generation 2 (P × E = 6 episodes)
-    train(cfg, tmp_path / "lost", log=quiet, mapper=lossy)
+def test_set_es_on_a_two_node_cluster_equals_one_process_even_when_a_node_dies(cluster, tmp_path, monkeypatch):
+    import train_agent
+
+    one = _run(train_agent.main([*TINY, "--runs-dir", str(tmp_path / "one")]))
+
+    made: List[KillingMapper] = []  # train_agent.py --ray ADDRESS, its RayMapper recording where each episode ran
+    monkeypatch.setattr("agents.training.ray_map.RayMapper", lambda address: made.append(KillingMapper()) or made[-1])
+    two = train_agent.main([*TINY, "--runs-dir", str(tmp_path / "two"), "--ray", cluster.address])
+    assert _run(two) == one
+    assert len(set(made[0].all_nodes)) == 2  # the episodes were played on both nodes
+
+    # map 1: generation 1; map 2: generation 2 (P × E = 6 episodes), during which the worker node is killed
+    lossy = KillingMapper(cluster, kill_at=2)
+    monkeypatch.setattr("agents.training.ray_map.RayMapper", lambda address: lossy)
+    lost = train_agent.main([*TINY, "--runs-dir", str(tmp_path / "lost"), "--ray", cluster.address])
     assert lossy.killed_busy and lossy.resubmitted >= 1  # the node died playing an episode: re-run elsewhere
     assert cluster.pids("worker") == []  # the worker node is gone
-    assert _run(tmp_path / "lost") == one
+    assert _run(lost) == one
 
     rerun = lossy.resubmitted
-    bad = ESEpisode({**cfg.env_config(), "num_clients": -1}, "rounds_to_target", (0.0,), 0, 1)
+    bad = ESEpisode({"num_clients": -1}, "rounds_to_target", (0.0,), 0, 1)
     with pytest.raises(ValueError, match="num_clients"):  # the task's own error, raised as itself, not re-run
         lossy.map(play_episode, [bad])
     assert lossy.resubmitted == rerun
@@ -217,3 +227,13 @@ def test_a_lost_worker_or_node_is_told_apart_from_an_error_of_the_task():
         RayMapper("auto", retries=-1)
     with pytest.raises(ValueError, match="--ray ''"):
         RayMapper("")
+
+
+def test_ray_for_a_one_process_trainer_is_refused_before_anything_is_written(tmp_path):
+    import train_agent
+
+    with pytest.raises(ValueError, match="--ray: ppo is a Stable-Baselines3 algorithm"):
+        train_agent.main(["--algo", "ppo", "--env", "tiny", "--runs-dir", str(tmp_path), "--ray"])
+    with pytest.raises(ValueError, match="--ray '' is invalid"):
+        train_agent.main([*TINY, "--runs-dir", str(tmp_path), "--ray", ""])
+    assert not list(tmp_path.iterdir())

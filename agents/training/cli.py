@@ -57,6 +57,10 @@ class Args:
     device: Optional[str] = field(default=None, metadata={
         "help": "torch device of the run: the simulator's (env config 'device': cpu, cuda, cuda:N, auto) and the "
                 "learner's; default: the env config's (cpu)"})
+    ray: Optional[str] = field(default=None, metadata={"const": "local", "metavar": "ADDRESS", "help":
+        "play each set_es / set_es_q generation's episodes as Ray tasks (the same run as one process; "
+        "docs/TRAINING.md): --ray alone starts Ray on this machine, --ray auto joins the cluster this machine is "
+        "part of (`ray start`), --ray HOST:6379 or ray://HOST:10001 that cluster"})
     progress_bar: bool = field(default=True, metadata={"help": "show SB3's progress bar"})
     verbose: int = field(default=1, metadata={"help": "0 quiet, 1 info"})
 
@@ -69,6 +73,9 @@ def build_parser(cls: type, description: str) -> argparse.ArgumentParser:
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         if f.type in ("bool", bool):
             parser.add_argument(*flag, action=argparse.BooleanOptionalAction, default=default, help=f.metadata["help"])
+        elif "const" in f.metadata:  # --flag alone means the const (--ray: a local Ray)
+            parser.add_argument(*flag, nargs="?", const=f.metadata["const"], default=default,
+                                metavar=f.metadata.get("metavar"), help=f.metadata["help"])
         elif str(f.type).startswith(("List", "list")):
             parser.add_argument(*flag, nargs="*", default=default, metavar="KEY=VALUE", help=f.metadata["help"])
         else:

@@ -21,7 +21,7 @@ from .atomic import atomic_write_yaml
 
 CKPT_PREFIX = "ckpt"
 #: The flags of a ``--resume`` call that replace the run's saved ones (they change no result).
-RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads", "trust_file")
+RESUME_KEEPS = ("resume", "runs_dir", "progress_bar", "verbose", "torch_threads", "trust_file", "ray")
 
 
 def default_run_name(algo: str, env: str, seed: int) -> str:
