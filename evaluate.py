@@ -232,6 +232,15 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
         print(f"scenario {sc.name}: scored on {sc.objective} ({'lower' if sc.lower_is_better else 'higher'} is "
               f"better); the env's reward is " + ("the objective" if sc.objective_env_config()["reward"] == "objective"
                                                   else f"the file's own ({sc.config['reward']})"))
+    if sc is not None and sc.source:  # a user's scenario file has no reference record: what it is judged against is
+        if args.policy and "all" not in args.policy:  # played here, as --suite bench does
+            from fedsel_eval.bench import heuristic_policies
+
+            args.policy = list(dict.fromkeys([*heuristic_policies(), *args.policy]))
+            print("note: a scenario file: every heuristic is evaluated beside the given policies")
+        if args.seeds == DEFAULT_SEEDS:
+            args.seeds = list(sc.reporting_seeds)
+            print(f"note: a scenario file: its reporting seeds {args.seeds} (--seeds picks others)")
     name = args.name or (Path(env_name).stem if env_name.endswith((".yml", ".yaml")) else env_name.split("/")[-1])
     if args.out:
         out = Path(args.out)

@@ -185,11 +185,16 @@ def test_evaluate_prints_the_objective_of_a_scenario_file_and_the_suite_runs_it(
     import evaluate
     from fedsel_eval.bench import run_suite, suite_files
 
-    evaluate.main(["--env", str(MINE), "--policy", "random", "--policy", "kcenter_cover", "--seeds", "9000",
-                   "--rounds", "3", "--out", str(tmp_path / "plain"), "--no-plots", "--no-progress"])
+    evaluate.main(["--env", str(MINE), "--policy", "random", "--rounds", "2", "--out", str(tmp_path / "plain"),
+                   "--no-plots", "--no-progress"])
     out = capsys.readouterr().out
     assert "scenario MyFederation: scored on time_to_target (lower is better)" in out
     assert "**Objective** of scenario `MyFederation`" in out
+    # a scenario file has no reference record: every heuristic beside the given policy, on its reporting seeds
+    config = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert config["seeds"] == list(range(9000, 9008)) and config["env_config"]["reward"] == "objective"
+    labels = [p["label"] for p in config["policies"]]
+    assert {"random", "kcenter_cover", "pow_d", "fedcs", "oort"} <= set(labels) and "lookahead" not in labels
     # the suite: no reference record for a user's scenario, so the first 5 of its own reporting seeds
     summaries = run_suite(tmp_path / "suite", [], scenarios=str(MINE), rounds=2, plots=False, log=lambda _l: None,
                           heuristics=False)
