@@ -54,8 +54,7 @@ from agents.training.cli import Args
 from agents.training.runs import save_settings
 from agents.training.sb3 import learn
 from agents.training.settings import prepare as prepare_sb3
-from agents.training.settings import prepare_design
-from agents.training.trainers import trainer
+from agents.training.trainers import prepare_design, trainer
 from fedsel_env.config import read_yaml
 
 
@@ -66,7 +65,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Args:
 
 def prepare(args: Args) -> Dict[str, Any]:
     """Every setting of the run, checked before anything is built: an SB3 algorithm's
-    (:func:`agents.training.settings.prepare`) or a registered design's (:func:`~agents.training.settings.prepare_design`).
+    (:func:`agents.training.settings.prepare`) or a registered design's (:func:`~agents.training.trainers.prepare_design`).
 
     :raises ValueError: for an unknown ``--algo`` (listing the registered trainers) or any bad argument.
     """

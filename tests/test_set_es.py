@@ -283,24 +283,19 @@ def test_bench_learned_smoke_trains_set_es_and_writes_a_recomputable_record_and_
 
 
 def test_the_picks_analysis_plays_the_models_own_episode(tmp_path):
-    """``bench_learned --part picks`` asks the oracle at every round of the model's episode; the oracle's candidate
-    rounds are undone, so the episode (its accuracy after every round) is the one the model plays alone."""
-    import importlib.util
-    from pathlib import Path
-
+    """``bench_learned --part picks`` (``fedsel_eval.learned.picks_episode``) asks the oracle at every round of the
+    model's episode; the oracle's candidate rounds are undone, so the episode (its accuracy after every round) is the
+    one the model plays alone."""
     from fedsel_env.bench import scenario
     from fedsel_eval.episodes import run_episode
+    from fedsel_eval.learned import picks_episode
 
-    spec_ = importlib.util.spec_from_file_location(
-        "bench_learned", Path(__file__).resolve().parents[1] / "experiments" / "bench_learned.py")
-    bench_learned = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(bench_learned)
     env = _churn_env(max_rounds=4)
     spec = env.selection_spec
     weights = dict.fromkeys(param_names(spec), 0.0)
     weights.update(cover_pick=1.0, loss=0.5, w=0.3)
     (tmp_path / "set_es.json").write_text(json.dumps({"params": weights}))
-    row = bench_learned.picks_episode(env, scenario("Churn"), tmp_path, 103)
+    row = picks_episode(env, scenario("Churn"), tmp_path, 103)
     with_oracle = float(env.view.accuracy)
     alone = run_episode(env, None, 103, make_policy=lambda s: SetESAgent(s, model=str(tmp_path)))
     assert row["rounds"] == alone["metrics"]["rounds"] == 4

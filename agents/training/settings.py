@@ -1,5 +1,5 @@
-"""A training run's settings, worked out and checked before anything is built: :func:`prepare` (an SB3 algorithm)
-and :func:`prepare_design` (a design of the trainer registry, ``agents/training/trainers.py``: set_es, set_distill, …).
+"""A training run's settings, worked out and checked before anything is built: :func:`prepare` (an SB3 algorithm; a
+design of the trainer registry has ``agents.training.trainers.prepare_design``).
 
 Steps 2 and 3 of ``train_agent.py`` (the env config: preset / env id / YAML file, the algorithm's
 ``env_kwargs``, ``--env-kwargs``, checked against what the algorithm can act in; the hyper-parameters:
@@ -60,32 +60,4 @@ def prepare(args: Args) -> Dict[str, Any]:
             "callbacks": callbacks}
 
 
-def prepare_design(args: Args) -> Dict[str, Any]:
-    """The settings of a registered design's run (``train_agent.py --algo set_es|set_es_q|set_distill|…``), checked
-    before anything is built: the run folder, the design's settings (``configs/<algo>.yml``'s entry for the scenario,
-    ``--hyperparams`` over it, ``--env-kwargs`` as its ``env_overrides``; on ``--resume`` the run's own, as saved),
-    and the training env config (saved as ``env_config.yaml`` beside the model).
-
-    :raises ValueError: for an unknown scenario, a setting the design does not take (naming it), a run folder that
-        holds a run already (without ``--resume``) or none to resume.
-    """
-    from .trainers import load_settings, trainer
-
-    entry = trainer(args.algo)
-    if args.resume:  # the run's own settings, as saved when it started
-        args, _env_config, hp = resumed_settings(args)
-    else:
-        overrides = parse_key_values(args.hyperparams, "hyperparams")
-        env_kwargs = parse_key_values(args.env_kwargs, "env-kwargs")
-        if env_kwargs:
-            overrides["env_overrides"] = {**(overrides.get("env_overrides") or {}), **env_kwargs}
-        hp = load_settings(args.algo, args.env, overrides, args.conf_file)
-        args.name = args.name or default_run_name(args.algo, args.env, args.seed)
-        check_new_run(Path(args.runs_dir) / args.name)
-    cfg = entry.check(args.env, args.seed, hp) if entry.check is not None else None  # ValueError: a bad setting
-    env_config = cfg.env_config() if hasattr(cfg, "env_config") else {}
-    return {"args": args, "run_dir": Path(args.runs_dir) / args.name, "env_config": env_config, "hp": hp,
-            "trainer": entry}
-
-
-__all__ = ["prepare", "prepare_design"]
+__all__ = ["prepare"]

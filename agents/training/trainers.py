@@ -119,6 +119,36 @@ def train(name: str, scenario_or_env: str, seed: int, folder: Path, hyperparams:
 
 
 # ----------------------------------------------------------------------------------- the settings files
+def prepare_design(args: Any) -> Dict[str, Any]:
+    """The settings of a registered design's run (``train_agent.py --algo set_es|set_es_q|set_distill|…``), checked
+    before anything is built: the run folder, the design's settings (``configs/<algo>.yml``'s entry for the scenario,
+    ``--hyperparams`` over it, ``--env-kwargs`` as its ``env_overrides``; on ``--resume`` the run's own, as saved),
+    and the training env config (saved as ``env_config.yaml`` beside the model).
+
+    :raises ValueError: for an unknown scenario, a setting the design does not take (naming it), a run folder that
+        holds a run already (without ``--resume``) or none to resume.
+    """
+    from .cli import parse_key_values
+    from .runs import check_new_run, default_run_name, resumed_settings
+
+    entry = trainer(args.algo)
+    if args.resume:  # the run's own settings, as saved when it started
+        args, _env_config, hp = resumed_settings(args)
+    else:
+        overrides = parse_key_values(args.hyperparams, "hyperparams")
+        env_kwargs = parse_key_values(args.env_kwargs, "env-kwargs")
+        if env_kwargs:
+            overrides["env_overrides"] = {**(overrides.get("env_overrides") or {}), **env_kwargs}
+        hp = load_settings(args.algo, args.env, overrides, args.conf_file)
+        args.name = args.name or default_run_name(args.algo, args.env, args.seed)
+        check_new_run(Path(args.runs_dir) / args.name)
+    cfg = entry.check(args.env, args.seed, hp) if entry.check is not None else None  # ValueError: a bad setting
+    env_config = cfg.env_config() if hasattr(cfg, "env_config") else {}
+    return {"args": args, "run_dir": Path(args.runs_dir) / args.name, "env_config": env_config, "hp": hp,
+            "trainer": entry}
+
+
+
 def _entry_keys(scenario_or_env: str) -> List[str]:
     """The keys a scenario's entry may have in ``configs/<name>.yml``: its id, its name, the text as given."""
     from fedsel_env.bench import scenario
@@ -367,4 +397,4 @@ for _name, _about in (("set_distill", "DAgger from the lookahead oracle, a set-l
                              check=lambda env, seed, hp, _n=_name: distill_config(_n, env, seed, hp), about=_about))
 
 __all__ = ["SB3_RUN_KEYS", "TRAINERS", "Trainer", "TrainFn", "check_fields", "distill_config", "es_config",
-           "load_settings", "register_trainer", "registered", "train", "train_sb3", "trainer"]
+           "load_settings", "prepare_design", "register_trainer", "registered", "train", "train_sb3", "trainer"]
