@@ -12,9 +12,12 @@ The deployments:
 - ``policy``: the SB3 policy acting in its own action mode (:class:`ModelPolicy`).
 
 ``top_k`` and ``per_client`` are registered by ``agents/favor.py`` and ``agents/per_client.py`` (with
-:func:`register_deployment`; ``agents/__init__.py`` imports both), so this module imports no agent, and
-neither ``agents.training`` nor ``fedsel_eval``, which read it (``train_agent.py``, ``evaluate.py``, the
-Flower strategy, rl-zoo3's tables). Adding a trained algorithm is one :func:`register_algorithm` (or one
+:func:`register_deployment`; ``agents/__init__.py`` imports both), and so are the algorithms whose class or
+policy is an agent module's (FAVOR's Double DQN, the per-client and Plackett-Luce designs: with
+:func:`register_algorithm`, passing their classes): this module names no agent module, by import or by string
+(issue #46), and imports neither ``agents.training`` nor ``fedsel_eval``, which read it (``train_agent.py``,
+``evaluate.py``, the Flower strategy, rl-zoo3's tables); the table below holds Stable-Baselines3's and
+sb3-contrib's algorithms. Adding a trained algorithm is one :func:`register_algorithm` (or one
 entry below) and ``configs/<algo>.yml``: docs/ARCHITECTURE.md, "Adding a trained algorithm".
 """
 from __future__ import annotations
@@ -70,7 +73,8 @@ class Algorithm:
     """One trained algorithm.
 
     :param name: ``train_agent.py --algo`` / ``evaluate.py --policy NAME:PATH``.
-    :param cls: import path of the SB3 class that trains and loads it.
+    :param cls: the SB3 algorithm class that trains and loads it, or its import path ``package.module:Class``
+        (a class of a package that need not be imported until a model is loaded).
     :param modes: the action modes it acts in while training.
     :param off_policy: it keeps a replay buffer (saved with its checkpoints).
     :param deploy: the name of its :class:`Deployment` (:data:`DEPLOYMENTS`).
@@ -83,7 +87,7 @@ class Algorithm:
     """
 
     name: str
-    cls: str
+    cls: Union[str, type]
     modes: Tuple[str, ...] = ALL_MODES
     off_policy: bool = False
     deploy: str = "policy"
@@ -105,10 +109,12 @@ ALGORITHMS: Dict[str, Algorithm] = {}
 DEPLOYMENTS: Dict[str, Deployment] = {}
 
 
-def register_algorithm(entry: Algorithm, replace: bool = False) -> Algorithm:
+def register_algorithm(entry: Algorithm, replace: bool = False, before: Optional[str] = None) -> Algorithm:
     """Add ``entry`` to :data:`ALGORITHMS` (``replace``: over an entry of the same name).
 
-    :raises ValueError: for a name already taken, or an action mode that does not exist.
+    :param before: the registered algorithm it goes before in detection order (:func:`detect_algorithm` takes the
+        first entry that matches a zip): FAVOR's entries go before SB3's ``dqn``, whose policy they share.
+    :raises ValueError: for a name already taken, an action mode that does not exist, or an unknown ``before``.
     """
     if entry.name in ALGORITHMS and not replace:
         raise ValueError(f"algorithm {entry.name!r} is registered already (replace=True to replace it)")
@@ -116,7 +122,15 @@ def register_algorithm(entry: Algorithm, replace: bool = False) -> Algorithm:
     if bad or not entry.modes:
         raise ValueError(f"algorithm {entry.name!r}: action modes {list(entry.modes)} are invalid; expected some of "
                          f"{list(ALL_MODES)}")
+    if before is not None and before not in ALGORITHMS:
+        raise ValueError(f"algorithm {entry.name!r}: before={before!r} is not registered; registered: {list(ALGORITHMS)}")
     ALGORITHMS[entry.name] = entry
+    if before is not None:
+        order = [n for n in ALGORITHMS if n != entry.name]
+        order.insert(order.index(before), entry.name)
+        moved = {n: ALGORITHMS[n] for n in order}
+        ALGORITHMS.clear()
+        ALGORITHMS.update(moved)
     return entry
 
 
@@ -185,7 +199,8 @@ def model_class(algo: str) -> type:
     if algo not in ALGORITHMS and not is_import_path(algo):
         raise ValueError(f"unknown model algorithm {algo!r}: expected one of {sorted(ALGORITHMS)} or the import "
                          f"path of its class ('package.module:Class')")
-    cls = load_import_path(ALGORITHMS[algo].cls if algo in ALGORITHMS else algo, "model algorithm")
+    cls = ALGORITHMS[algo].cls if algo in ALGORITHMS else algo
+    cls = load_import_path(cls, "model algorithm") if isinstance(cls, str) else cls
     if not (isinstance(cls, type) and issubclass(cls, BaseAlgorithm)):
         raise ValueError(f"model algorithm {algo!r} is {cls!r}, not a Stable-Baselines3 algorithm class "
                          f"(a subclass of stable_baselines3.common.base_class.BaseAlgorithm)")
@@ -394,38 +409,23 @@ def deploy_policy(model: Any, spec: Any, train_config: Mapping[str, Any], seed: 
 
 register_deployment("policy", Deployment(selector=deploy_policy, about="the SB3 policy acting in its own action mode"))
 
-_SB3, _CONTRIB, _DOUBLE_DQN = "stable_baselines3", "sb3_contrib", "agents.favor:DoubleDQN"
-_DQN_POLICY, _AC_POLICY = "stable_baselines3.dqn.policies", "stable_baselines3.common.policies"
-for _entry in (  # train_agent.py's algorithms, then those whose models only load (rl-zoo3's names)
-    Algorithm("favor", _DOUBLE_DQN, ("one",), True, "top_k", (_DQN_POLICY,), zoo_search=True,
-              about="FAVOR's Double DQN (seed 002) as the paper trains it (configs/favor.yml), in the 'one' mode, "
-                    "deployed as top-K"),
-    Algorithm("favor+", _DOUBLE_DQN, ("one",), True, "top_k", (_DQN_POLICY,), zoo_search=True,
-              about="FAVOR+, this suite's variant of FAVOR: the departures listed in configs/favor+.yml"),
-    Algorithm("dqn", f"{_SB3}:DQN", ("one",), True, "top_k", (_DQN_POLICY,), zoo_search=True,
+_SB3, _CONTRIB = "stable_baselines3", "sb3_contrib"
+#: the policy modules of SB3's DQN family and of its actor-critic algorithms (what a saved zip names)
+DQN_POLICY, AC_POLICY = "stable_baselines3.dqn.policies", "stable_baselines3.common.policies"
+for _entry in (  # train_agent.py's algorithms, then those whose models only load (rl-zoo3's names); FAVOR's and
+    # the per-client designs' entries are registered by agents/favor.py and agents/per_client.py, in this order
+    Algorithm("dqn", f"{_SB3}:DQN", ("one",), True, "top_k", (DQN_POLICY,), zoo_search=True,
               about="SB3's vanilla DQN, deployed as top-K like FAVOR"),
-    Algorithm("ppo", f"{_SB3}:PPO", policy_modules=(_AC_POLICY,), saves=("clip_range", "n_epochs"),
+    Algorithm("ppo", f"{_SB3}:PPO", policy_modules=(AC_POLICY,), saves=("clip_range", "n_epochs"),
               lacks=("cg_max_steps",),
               about="SB3's PPO, acting in the env's own action mode"),
-    Algorithm("a2c", f"{_SB3}:A2C", policy_modules=(_AC_POLICY,), saves=("n_steps",),
+    Algorithm("a2c", f"{_SB3}:A2C", policy_modules=(AC_POLICY,), saves=("n_steps",),
               lacks=("batch_size", "cg_max_steps"),
               about="SB3's A2C, acting in the env's own action mode"),
     Algorithm("maskable_ppo", f"{_CONTRIB}:MaskablePPO", ("subset", "one"),
               policy_modules=(f"{_CONTRIB}.common.maskable.policies",),
               about="sb3-contrib's MaskablePPO: PPO that never picks a client env.action_masks() marks "
                     "unavailable, in the 'subset' or 'one' mode"),
-    Algorithm("pc_ppo", f"{_SB3}:PPO", ("topk",), False, "per_client", ("agents.per_client_net",), ("clip_range",),
-              about="the per-client selector (agents/per_client_net.py, issue #19) trained by PPO on the 'topk' "
-                    "scores (configs/pc_ppo.yml); runs at any N"),
-    Algorithm("pc_dqn", _DOUBLE_DQN, ("one",), True, "per_client", ("agents.per_client_net",), lacks=("clip_range",),
-              about="the per-client selector as per-client Q-values, Double DQN in the 'one' mode "
-                    "(configs/pc_dqn.yml), deployed as top-K; runs at any N"),
-    Algorithm("pl_ppo", f"{_SB3}:PPO", ("topk",), False, "per_client", ("agents.plackett_luce",), ("clip_range",),
-              about="the K-of-N policy (agents/plackett_luce.py, issue #41): Plackett-Luce over per-client logits, "
-                    "trained by PPO (configs/pl_ppo.yml), deployed as the K largest logits; runs at any N"),
-    Algorithm("pl_a2c", f"{_SB3}:A2C", ("topk",), False, "per_client", ("agents.plackett_luce",),
-              lacks=("clip_range",),
-              about="the Plackett-Luce K-of-N policy trained by A2C (configs/pl_a2c.yml)"),
     Algorithm("sac", f"{_SB3}:SAC", ("topk",), True, policy_modules=(f"{_SB3}.sac.policies",),
               about="SB3's SAC, scoring clients in the 'topk' mode (a Box of N scores)"),
     Algorithm("ddpg", f"{_SB3}:DDPG", off_policy=True, trainable=False),  # saves TD3's policy: told as td3
@@ -439,10 +439,11 @@ for _entry in (  # train_agent.py's algorithms, then those whose models only loa
               trainable=False),
     Algorithm("ppo_lstm", f"{_CONTRIB}:RecurrentPPO", trainable=False),
     Algorithm("tqc", f"{_CONTRIB}:TQC", off_policy=True, policy_modules=(f"{_CONTRIB}.tqc.policies",), trainable=False),
-    Algorithm("trpo", f"{_CONTRIB}:TRPO", policy_modules=(_AC_POLICY,), saves=("cg_max_steps",), trainable=False),
+    Algorithm("trpo", f"{_CONTRIB}:TRPO", policy_modules=(AC_POLICY,), saves=("cg_max_steps",), trainable=False),
 ):
     register_algorithm(_entry)
 
-__all__ = ["ALGORITHMS", "DEPLOYMENTS", "ENV_CONFIG_FILE", "Algorithm", "Deployment", "ModelPolicy", "algorithm",
+__all__ = ["AC_POLICY", "ALGORITHMS", "DEPLOYMENTS", "DQN_POLICY", "ENV_CONFIG_FILE", "Algorithm", "Deployment",
+           "ModelPolicy", "algorithm",
            "check_saved_models", "deploy", "deployment", "deployment_config", "detect_algorithm", "model_class",
            "read_env_config", "register_algorithm", "register_deployment", "resolve_model", "trainable_algorithms"]

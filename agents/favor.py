@@ -47,7 +47,8 @@ from fedsel_env.server_view import flatten
 from fedsel_env.spec import SelectionSpec
 
 from .base import SelectionAgent
-from .deploy import Deployment, deployment_config, read_env_config, register_deployment
+from .deploy import (DQN_POLICY, Algorithm, Deployment, deployment_config, read_env_config, register_algorithm,
+                     register_deployment)
 from .registry import AGENTS
 from .saved_models import load_model
 
@@ -277,3 +278,11 @@ def deploy_top_k(model: Any, spec: SelectionSpec, train_config: Mapping[str, Any
 register_deployment("top_k", Deployment(
     selector=deploy_top_k, env_config=deployment_config, agent="favor",
     about="FAVOR's: the K available clients with the highest Q-values, in a topk env with Dict observations"))
+for _entry in (  # before SB3's dqn, whose policy they share: a bare zip of a DQN policy is deployed as FAVOR's
+    Algorithm("favor", DoubleDQN, ("one",), True, "top_k", (DQN_POLICY,), zoo_search=True,
+              about="FAVOR's Double DQN (seed 002) as the paper trains it (configs/favor.yml), in the 'one' mode, "
+                    "deployed as top-K"),
+    Algorithm("favor+", DoubleDQN, ("one",), True, "top_k", (DQN_POLICY,), zoo_search=True,
+              about="FAVOR+, this suite's variant of FAVOR: the departures listed in configs/favor+.yml"),
+):
+    register_algorithm(_entry, before="dqn")

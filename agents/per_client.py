@@ -18,11 +18,15 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 from gymnasium import spaces
+from stable_baselines3 import A2C, PPO
 
 from fedsel_env.spec import SelectionSpec
 
+from . import per_client_net, plackett_luce
 from .base import SelectionAgent
-from .deploy import ALGORITHMS, Deployment, deployment_config, detect_algorithm, model_class, register_deployment
+from .deploy import (ALGORITHMS, Algorithm, Deployment, deployment_config, detect_algorithm, model_class,
+                     register_algorithm, register_deployment)
+from .favor import DoubleDQN
 from .registry import AGENTS
 from .saved_models import check_zip, load_model
 
@@ -213,3 +217,17 @@ def deploy_per_client(model: Any, spec: SelectionSpec, train_config: Mapping[str
 register_deployment("per_client", Deployment(
     selector=deploy_per_client, from_path=True, env_config=deployment_config, agent="per_client",
     check=check_pca_components, about="the per-client scorer: top-K of its scores, at any N"))
+for _entry in (  # after sb3-contrib's maskable_ppo, before SB3's sac (the table's order); their zips name these policies
+    Algorithm("pc_ppo", PPO, ("topk",), False, "per_client", (per_client_net.__name__,), ("clip_range",),
+              about="the per-client selector (agents/per_client_net.py, issue #19) trained by PPO on the 'topk' "
+                    "scores (configs/pc_ppo.yml); runs at any N"),
+    Algorithm("pc_dqn", DoubleDQN, ("one",), True, "per_client", (per_client_net.__name__,), lacks=("clip_range",),
+              about="the per-client selector as per-client Q-values, Double DQN in the 'one' mode "
+                    "(configs/pc_dqn.yml), deployed as top-K; runs at any N"),
+    Algorithm("pl_ppo", PPO, ("topk",), False, "per_client", (plackett_luce.__name__,), ("clip_range",),
+              about="the K-of-N policy (agents/plackett_luce.py, issue #41): Plackett-Luce over per-client logits, "
+                    "trained by PPO (configs/pl_ppo.yml), deployed as the K largest logits; runs at any N"),
+    Algorithm("pl_a2c", A2C, ("topk",), False, "per_client", (plackett_luce.__name__,), lacks=("clip_range",),
+              about="the Plackett-Luce K-of-N policy trained by A2C (configs/pl_a2c.yml)"),
+):
+    register_algorithm(_entry, before="sac")

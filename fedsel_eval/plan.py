@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 import agents
+from agents.training.atomic import jsonable
 from fedsel_env.config import make_config, read_yaml, resolve_env
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.sim.aggregators import AGGREGATORS, aggregator_factory, make_aggregator
@@ -26,7 +27,9 @@ from fedsel_env.sim.aggregators import AGGREGATORS, aggregator_factory, make_agg
 from .params import label as _label
 from .params import parse_params
 from .policies import PolicySpec, check_model_fits, hand_written_agents, parse_policy
-from .run_folder import FORMAT_VERSION, jsonable
+
+#: Version of the run-folder layout (stored in config.json by :meth:`EvalPlan.record`).
+FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)

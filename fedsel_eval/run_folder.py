@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from agents.training.atomic import append_line, atomic_write_text, jsonable
 
+from .plan import FORMAT_VERSION  # the layout's version, written by EvalPlan.record
 from .plots import PLOT_FILES
 from .summary import summary_csv
 from .tables import episodes_csv, rows_csv, summary_markdown
@@ -33,8 +34,6 @@ MAIN_CSV = "main_table.csv"          # the main table's numbers, with CIs and pa
 FAIRNESS_CSV = "fairness_table.csv"  # the fairness table's numbers, with CIs
 EPISODES_CSV = "episodes.csv"        # every episode's metrics
 TABLE_FILES = (SUMMARY_CSV, SUMMARY_MD, MAIN_CSV, FAIRNESS_CSV, EPISODES_CSV)
-#: Version of the run-folder layout (stored in config.json).
-FORMAT_VERSION = 1
 
 
 class RunFolder:

@@ -124,7 +124,8 @@ def register() -> None:
 def zoo_algorithms() -> Dict[str, type]:
     """The algorithms this module adds to rl-zoo3's ``ALGOS`` (the same names as ``train_agent.py --algo``): the
     table's entries with FedSelect's search space whose class is this package's (rl-zoo3 knows SB3's own)."""
-    return {a.name: model_class(a.name) for a in ALGORITHMS.values() if a.zoo_search and a.cls.startswith("agents.")}
+    classes = {a.name: model_class(a.name) for a in ALGORITHMS.values() if a.zoo_search}
+    return {name: cls for name, cls in classes.items() if cls.__module__.split(".")[0] == "agents"}
 
 
 def with_default_conf(argv: Sequence[str]) -> List[str]:
