@@ -428,8 +428,9 @@ def start(name: str, args: argparse.Namespace) -> "tuple[Clock, Outputs]":
 # ============================================================================================ training
 def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mapping[str, Any], seed: int,
               progress: bool) -> Tuple[Path, Dict[str, List[float]], bool]:
-    """Train ``algo`` (``favor``, ``favor+``, ``dqn``) in the ``one`` mode on ``config``; reuse a finished
-    run of the same settings in ``run_dir``.
+    """Train ``algo`` (``favor``, ``favor+``, ``dqn``) in the ``one`` mode on ``config`` through the front door's SB3
+    loop (``agents.training.sb3.learn``, what ``train_agent.py`` runs; issue #46), recording every training episode;
+    reuse a finished run of the same settings in ``run_dir``.
 
     ``train``: ``n_timesteps``, ``n_envs``, ``max_rounds`` (the training episodes' round budget) and
     ``hyperparams`` (overrides of ``configs/<algo>.yml``'s entry).
@@ -440,11 +441,9 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
     import yaml
     from stable_baselines3.common.callbacks import BaseCallback
 
-    from agents.training.algorithms import algorithm_class
-    from agents.training.atomic import atomic_save
+    from agents.training.atomic import lock_run_folder
     from agents.training.cli import parse_args
-    from agents.training.envs import make_vec_env
-    from agents.training.runs import save_settings
+    from agents.training.sb3 import learn
     from agents.training.settings import prepare
 
     run_dir = Path(run_dir)
@@ -462,10 +461,9 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
     env_yaml.write_text(yaml.safe_dump({**dict(config), "max_rounds": train["max_rounds"]}, sort_keys=False))
     argv = ["--algo", algo, "--env", str(env_yaml), "--n-timesteps", str(train["n_timesteps"]),
             "--n-envs", str(train["n_envs"]), "--seed", str(seed), "--runs-dir", str(out), "--name", run_dir.name,
-            "--eval-freq", "0", "--save-freq", "0", "--no-progress-bar", "--verbose", "0",
-            "--hyperparams", *[f"{k}={v}" for k, v in train["hyperparams"].items()]]
+            "--eval-freq", "0", "--save-freq", "0", "--progress-bar" if progress else "--no-progress-bar",
+            "--verbose", "0", "--hyperparams", *[f"{k}={v}" for k, v in train["hyperparams"].items()]]
     setup = prepare(parse_args(argv))
-    args = setup["args"]
 
     class EpisodeRecorder(BaseCallback):
         """Each finished training episode's return and length (SB3's Monitor puts them in ``info``)."""
@@ -483,18 +481,14 @@ def train_dqn(run_dir: Path, algo: str, config: Mapping[str, Any], train: Mappin
                     self.record["success"].append(bool(info.get("is_success", False)))
             return True
 
-    env = make_vec_env(setup["env_config"], args.n_envs)
-    cls = algorithm_class(args.algo)
-    model = cls(setup["policy"], env, seed=args.seed, device="cpu", verbose=0, **setup["kwargs"])
     recorder = EpisodeRecorder()
+    setup["callbacks"] = [*setup["callbacks"], recorder]
     start = time.perf_counter()
-    model.learn(total_timesteps=args.n_timesteps, callback=recorder, progress_bar=progress)
+    with lock_run_folder(run_dir, "experiments/common.py"):
+        learn(setup)  # train_agent.py's own loop: model.zip with env_config.yaml and args.yaml beside it
     seconds = time.perf_counter() - start
-    env.close()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_settings(run_dir, args, setup["env_config"], setup["hp"])  # what evaluate.py reads beside the model
-    atomic_save(model.save, run_dir / "model.zip")
     curve_file.write_text(json.dumps(recorder.record) + "\n")
-    time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around model.learn"}) + "\n")
+    time_file.write_text(json.dumps({"seconds": seconds, "how": "time.perf_counter around agents.training.sb3.learn "
+                                                                "(train_agent.py's loop, its envs built included)"}) + "\n")
     key_file.write_text(json.dumps(key) + "\n")
     return run_dir, recorder.record, True
