@@ -193,7 +193,8 @@ def list_choices() -> str:
              fedsel_env.MO_ENV_ID: "the default preset with the vector reward (MO-Gymnasium)"}
     lines.append("env ids (--env, gym.make):")
     lines += [f"  {i}: {about.get(i, 'registered')}" for i in sorted(gym.registry) if i.startswith("fedsel/")]
-    lines.append("suites (--suite): " + ", ".join(sorted(SUITES)) + "; --scenarios: " + ", ".join(SCENARIOS))
+    lines.append("suites (--suite): " + ", ".join(sorted(SUITES)) + "; --scenarios: " + ", ".join(SCENARIOS)
+                 + " (names or ids), or YAML scenario files (an env config plus objective:, docs/BENCHMARK.md)")
     return "\n".join(lines)
 
 

@@ -198,7 +198,8 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
     ``train_agent.py``, ``evaluate.py`` and ``fedsel_eval`` all read ``--env`` here, by one rule:
 
     - a preset name (``tiny``) or a registered env id (``fedsel/FedSelect-Tiny-v0``) → that preset;
-    - a registered scenario's id (``fedsel/Bench-Stragglers-v0``) → its config with its objective as the reward;
+    - a registered scenario's id (``fedsel/Bench-Stragglers-v0``) or name (``Stragglers``) → its config with its
+      objective as the reward;
     - any other string is the path of a YAML env config (``DEFAULT_CONFIG``'s keys plus an optional
       ``preset:``, itself a name or an id); a missing file is an error that says so. A file that names an
       ``objective:`` is a scenario file (``fedsel_env.scenarios``): its env config, with the objective as the
@@ -219,8 +220,8 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
         return env, {}
     elif env in by_id:
         return by_id[env], {}
-    elif env.startswith("fedsel/Bench-"):  # a registered scenario (fedsel_env/scenarios.py, fedsel_env/bench.py)
-        from .bench import scenario
+    elif env.startswith("fedsel/Bench-") or _is_scenario_name(env):  # a registered scenario by id or name
+        from .bench import scenario  # (fedsel_env/scenarios.py, fedsel_env/bench.py)
 
         # the id's own config: the scenario's, with its objective as the reward (issue #41)
         overrides = scenario(env).objective_env_config()
@@ -235,8 +236,15 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
 
             overrides = scenario_from_mapping(overrides, env, Path(env).stem).objective_env_config()
     else:
+        import difflib
+
+        from .scenarios import SCENARIO_IDS, SCENARIOS
+
+        close = difflib.get_close_matches(env, [*PRESETS, *by_id, *SCENARIOS, *SCENARIO_IDS], n=1)
         raise ValueError(f"unknown --env {env!r}: give a preset {sorted(PRESETS)}, an env id {sorted(by_id)}, "
-                         f"or the path of a YAML env config (a file ending in .yml / .yaml)")
+                         f"a scenario (a name such as Stragglers or an id fedsel/Bench-<Name>-v0), "
+                         f"or the path of a YAML env config (a file ending in .yml / .yaml)"
+                         + (f"; did you mean {close[0]!r}?" if close else ""))
     preset = overrides.pop("preset", None)
     if preset is not None:
         if not isinstance(preset, str) or (preset not in PRESETS and preset not in by_id):
@@ -244,6 +252,13 @@ def resolve_env(env: Union[str, Mapping[str, Any], None]) -> Tuple[Optional[str]
                              f"(env ids: {sorted(by_id)})")
         preset = by_id.get(preset, preset)
     return preset, overrides
+
+
+def _is_scenario_name(text: str) -> bool:
+    """Whether ``text`` is a registered scenario's name (``Stragglers``; fedsel_env/scenarios.py)."""
+    from .scenarios import SCENARIOS
+
+    return text in SCENARIOS
 
 
 def env_id(preset: Optional[str]) -> str:

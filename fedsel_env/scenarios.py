@@ -208,10 +208,10 @@ def load_scenario(path: Union[str, os.PathLike]) -> Scenario:
 
 
 def env_scenario(env: Any) -> Optional[Scenario]:
-    """The scenario an ``--env`` value names, or None: a registered scenario's id, or a YAML file that names an
-    ``objective:`` (a plain env config, a preset or a mapping: None)."""
-    if isinstance(env, str) and env in SCENARIO_IDS:
-        return SCENARIOS[SCENARIO_IDS[env]]
+    """The scenario an ``--env`` value names, or None: a registered scenario's name or id, or a YAML file that
+    names an ``objective:`` (a plain env config, a preset or a mapping: None)."""
+    if isinstance(env, str) and (env in SCENARIOS or env in SCENARIO_IDS):
+        return SCENARIOS[SCENARIO_IDS.get(env, env)]
     if not is_scenario_file(env) or not Path(env).is_file():
         return None
     from .yaml_reader import read_yaml

@@ -42,6 +42,11 @@ def test_a_scenario_is_found_by_name_id_or_yaml_path():
         assert sc.tuning_seeds == tuple(range(100, 110)) and sc.reporting_seeds == tuple(range(9000, 9008))
         assert "objective" not in sc.config and "name" not in sc.config and sc.config["num_clients"] == 20
     assert [s.name for s in select(f"Churn,{MINE}")] == ["Churn", "MyFederation"]
+    # --env takes the three forms too: a registered name reads as its id, with the objective as the reward
+    assert resolve_env("Stragglers") == resolve_env("fedsel/Bench-Stragglers-v0")
+    assert resolve_env("Stragglers")[1]["reward_params"] == {"objective": "time_to_target"}
+    with pytest.raises(ValueError, match="unknown --env 'Stragglrs'.*did you mean 'Stragglers'"):
+        resolve_env("Stragglrs")
 
 
 def test_a_registered_scenario_gets_its_gym_id_and_a_name_is_held_once():
