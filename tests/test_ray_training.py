@@ -237,3 +237,55 @@ def test_ray_for_a_one_process_trainer_is_refused_before_anything_is_written(tmp
     with pytest.raises(ValueError, match="--ray '' is invalid"):
         train_agent.main([*TINY, "--runs-dir", str(tmp_path), "--ray", ""])
     assert not list(tmp_path.iterdir())
+
+
+def measure(argv: Optional[List[str]] = None) -> None:
+    """``.venv/bin/python tests/test_ray_training.py [--max-rounds R]``: the seconds of each set_es generation in
+    one process, on the two-node cluster, and on its head alone after the worker node is killed (docs/TRAINING.md,
+    "Training on a Ray cluster"); the three runs' ``set_es.json`` must be equal."""
+    import argparse
+    import os
+
+    import ray._private.services as services
+
+    import train_agent
+
+    parser = argparse.ArgumentParser(description="seconds of each set_es generation: one process, a two-node "
+                                                 "local Ray cluster, its head alone")
+    parser.add_argument("--max-rounds", type=int, default=40, help="rounds of each training episode")
+    rounds = parser.parse_args(argv).max_rounds
+    hp = ["--algo", "set_es", "--env", "Churn", "--hyperparams", "generations=3", "episodes=2", "popsize=4",
+          "eval_every=3", "eval_seeds=[100]", "--env-kwargs", f"max_rounds={rounds}", "--no-progress-bar",
+          "--verbose", "0"]
+    out = Path(tempfile.mkdtemp(prefix="fr", dir="/tmp"))
+    (out / "ray").mkdir()
+    (out / "r").symlink_to(out / "ray", target_is_directory=True)
+    c, runs = LocalCluster(out / "r"), {}
+
+    def run(label: str, *extra: str) -> None:
+        start = time.perf_counter()
+        folder = train_agent.main([*hp, "--runs-dir", str(out / label), *extra])
+        walls = [json.loads(x)["wall_s"] for x in (folder / "progress.jsonl").read_text().splitlines()]
+        runs[label] = (folder / "set_es.json").read_text()
+        print(f"{label}: {time.perf_counter() - start:.1f} s, generations {walls} s, load {os.getloadavg()}")
+
+    try:
+        run("one process")
+        start = time.perf_counter()
+        c.start()
+        print(f"cluster started in {time.perf_counter() - start:.1f} s")
+        services.resolve_ip_for_localhost = lambda host: host
+        ray.init(address=c.address, _node_ip_address="127.0.0.1", logging_level="ERROR", log_to_driver=False)
+        run("two nodes", "--ray", c.address)
+        c.kill("worker")
+        run("the head alone", "--ray", c.address)
+        print("the same set_es.json:", len(set(runs.values())) == 1)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.kill()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    measure()
