@@ -186,6 +186,21 @@ def test_set_es_trains_on_a_user_yaml_and_the_weights_evaluate_through_fedsel_ev
     assert "`time_to_target`, lower is better" in text and "set_es" in text and "reference" in text
 
 
+def test_set_distill_trains_on_a_user_yaml_its_oracle_scored_by_the_files_objective(tmp_path):
+    from agents.training.set_distill import DistillConfig, train
+
+    cfg = DistillConfig(scenario=str(MINE), episodes=1, candidates=3, eval_seeds=[100], batch_size=4,
+                        env_overrides={"max_rounds": 3})
+    summary = train(cfg, tmp_path / "run", log=lambda _l: None)
+    assert summary["complete"] and summary["scenario"] == "MyFederation"
+    assert json.loads((tmp_path / "run" / "set_distill.json").read_text())["scenario"] == "MyFederation"
+    env = FedSelectEnv(config={**cfg.env_config(), "max_rounds": 3})
+    rec = run_episode(env, None, 9000, make_policy=lambda spec: agents.make("set_distill", spec,
+                                                                             model=str(tmp_path / "run")))
+    assert rec["metrics"]["rounds"] == 3
+    env.close()
+
+
 def test_evaluate_prints_the_objective_of_a_scenario_file_and_the_suite_runs_it(tmp_path, capsys):
     import evaluate
     from fedsel_eval.bench import run_suite, suite_files
