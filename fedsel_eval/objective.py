@@ -17,11 +17,12 @@ from .markdown import table
 from .stats import bootstrap_ci, paired_t
 
 
+#: (policy, backend) → seed → (objective value, censored)
 Values = Dict[Tuple[str, str], Dict[int, Tuple[float, bool]]]
 
 
 def objective_values(records: Sequence[Mapping[str, Any]], sc: Scenario) -> Values:
-    """(policy, backend) → seed → (the episode's objective, whether it is censored: Ω missed, the value a bound)."""
+    """(policy, backend) → seed → (the episode's objective, whether it is censored: Ω missed, a bound)."""
     out: Values = {}
     for r in records:
         out.setdefault((r["policy"], r.get("backend", "")), {})[int(r["seed"])] = episode_objective(sc, r)
