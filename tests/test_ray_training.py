@@ -215,6 +215,36 @@ def test_set_es_on_a_two_node_cluster_equals_one_process_even_when_a_node_dies(c
     assert lossy.resubmitted == rerun
 
 
+def test_an_episode_task_does_not_depend_on_what_its_worker_played_before():
+    """A Ray worker keeps its env between tasks (``fedsel_env.rollout.env_for``) and plays them in any order: each
+    episode starts from ``env.reset(seed)``, so an episode (its accuracy curve, its selections) is the same after any
+    other episodes, on the kept env or a fresh one — and so is ``play_episode``'s result."""
+    import numpy as np
+
+    from agents.set_es import SetESAgent
+    from fedsel_env.rollout import close_envs, env_for, run_episode
+    from fedsel_env.scenarios import lookup
+
+    cfg = {**lookup("Churn").env_config(), "max_rounds": 3}
+    thetas = [np.zeros(16), np.r_[1.0, -0.5, np.zeros(13), 0.3]]
+    tasks = [(theta, seed) for theta in thetas for seed in (2_000_000, 2_000_001)]
+
+    def episode(i):
+        theta, seed = tasks[i]
+        rec = run_episode(env_for(cfg), None, seed, make_policy=lambda spec: SetESAgent(spec, model=theta))
+        return rec["curves"]["accuracy"], rec["curves"]["selected"]
+
+    close_envs()
+    in_order = [episode(i) for i in range(4)]
+    shuffled = {i: episode(i) for i in (3, 1, 2, 0)}  # the same kept env, another order
+    close_envs()
+    assert [shuffled[i] for i in range(4)] == in_order and episode(2) == in_order[2]   # and on a fresh env
+    assert in_order[0][1] != in_order[2][1]  # the two weight vectors select differently: the check can fail
+    task = ESEpisode(cfg, "rounds_to_target", tuple(thetas[1]), 0, 2_000_001)
+    assert play_episode(task) == play_episode(task)
+    close_envs()
+
+
 def test_a_lost_worker_or_node_is_told_apart_from_an_error_of_the_task():
     """Only a loss is re-run: a ``RayTaskError`` counts when what it wraps is one; bad settings are refused."""
     import ray.exceptions as rex

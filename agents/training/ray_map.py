@@ -187,7 +187,7 @@ class RayMapper:
                         raise
                     tries[i] += 1
                     if tries[i] > self.retries:
-                        raise ValueError(f"task {i} of {len(items)} was lost {tries[i]} times (last: "
+                        raise ValueError(f"task {i} of {len(items)} was lost {tries[i]} time{'s' * (tries[i] > 1)} (last: "
                                          f"{type(e).__name__}: {e}); the cluster keeps losing its nodes — "
                                          f"check `ray status`, or raise retries") from e
                     self.resubmitted += 1
