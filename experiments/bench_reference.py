@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from fedsel_eval.bench import REFERENCE_JSON  # noqa: E402
-from fedsel_eval.markdown import splice  # noqa: E402
+from fedsel_eval import markdown  # noqa: E402
 
 from experiments.common import provenance, threads_to_one  # noqa: E402
 
@@ -170,7 +170,7 @@ def _publish(doc: Dict[str, Any], chunk: Dict[str, Any], started: float, args: a
     record.write(RESULTS)
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     plot_leaderboard(summaries, FIGURE)
-    splice(DOC, "bench:reference", table)
+    markdown.splice(DOC, "bench:reference", table)
 
 
 def record_summaries(path: Path = RESULTS) -> List[Dict[str, Any]]:
@@ -254,12 +254,11 @@ def reference_table(doc: Mapping[str, Any]) -> str:
     from fedsel_eval.stats import Interval, TInterval
 
     scen = doc.get("scenarios", {})
-    lines = ["| scenario | objective | seeds | random | best heuristic | lookahead | headroom [95% CI] | "
-             "random episode (s) | lookahead episode (s) |", "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+    rows = []
     for name, e in scen.items():
         s = e["summary"]
         if "headroom" not in s:
-            lines.append(f"| {name} | {e['objective']} | 0 | — | — | — | — | — | — |")
+            rows.append([name, e["objective"], 0, "—", "—", "—", "—", "—", "—"])
             continue
         f = objective_format(s["objective"])
         pol = s["policies"]
@@ -270,23 +269,26 @@ def reference_table(doc: Mapping[str, Any]) -> str:
         score = _num(heur[best]["normalised"]["mean"]) if best else -math.inf
         best_txt = (f"`{best}` {Interval(**heur[best]['objective']).text(f)}"
                     + (f" ({score:+.2f})" if math.isfinite(score) else "")) if best else "—"
-        lines.append(f"| {name} | {s['objective']} {arrow} | {len(s['seeds'])} | "
-                     f"{Interval(**pol['random']['objective']).text(f)} | {best_txt} | "
-                     f"{Interval(**pol['lookahead']['objective']).text(f)} | {head} | "
-                     f"{pol['random']['mean_wall_s']:.1f} | {pol['lookahead']['mean_wall_s']:.1f} |")
+        rows.append([name, f"{s['objective']} {arrow}", len(s["seeds"]), Interval(**pol["random"]["objective"]).text(f),
+                     best_txt, Interval(**pol["lookahead"]["objective"]).text(f), head,
+                     f"{pol['random']['mean_wall_s']:.1f}", f"{pol['lookahead']['mean_wall_s']:.1f}"])
+    lines = [markdown.table(["scenario", "objective", "seeds", "random", "best heuristic", "lookahead",
+                             "headroom [95% CI]", "random episode (s)", "lookahead episode (s)"], rows,
+                            align="llrrlrrrr").rstrip("\n")]
     names = sorted({p for e in scen.values() for p in e["summary"].get("policies", {})} - {"random", "lookahead"})
     order = [n for n in scen if "headroom" in scen[n]["summary"]]
-    lines += ["", "Normalised score (0 = random, 1 = lookahead; a scenario marked *low* has a headroom CI that "
-                  "includes 0, and is left out of the mean):", "",
-              "| policy | " + " | ".join(order) + " | mean |", "|---|" + "---:|" * (len(order) + 1)]
     means = mean_normalised([scen[n]["summary"] for n in order])
+    rows = []
     for p in sorted(names, key=lambda q: -means.get(q, {"mean": -math.inf})["mean"]):
         cells = []
         for n in order:
             v = scen[n]["summary"]["policies"].get(p)
             cells.append("—" if v is None else Interval(**v["normalised"]).text("+.2f"))
         m = means.get(p)
-        lines.append(f"| {p} | " + " | ".join(cells) + (f" | {m['mean']:+.2f} |" if m else " | — |"))
+        rows.append([p, *cells, f"{m['mean']:+.2f}" if m else "—"])
+    lines += ["", "Normalised score (0 = random, 1 = lookahead; a scenario marked *low* has a headroom CI that "
+                  "includes 0, and is left out of the mean):", "",
+              markdown.table(["policy", *order, "mean"], rows).rstrip("\n")]
     prov = [c for c in doc.get("chunks", []) if c.get("commit")]
     commits = sorted({(c["commit"][:12], bool(c["dirty"])) for c in prov})
     lines += ["", f"*Compute: {doc.get('compute_seconds', 0) / 60:.1f} min of episode wall time in all (single "

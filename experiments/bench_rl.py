@@ -29,9 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, normalised_score, scenario  # noqa: E402
-from fedsel_eval import records  # noqa: E402
+from fedsel_eval import markdown, records  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
-from fedsel_eval.markdown import splice  # noqa: E402
 from fedsel_eval.stats import holm, t_interval  # noqa: E402
 
 RESULT = ROOT / "experiments" / "results" / "bench_rl.json"
@@ -190,17 +189,19 @@ def table(rec: records.Record) -> str:
     def num(x: Optional[float], spec: str) -> str:
         return "—" if x is None else format(x, spec.replace(".1f", f".{digits}f"))
 
-    lines = ["| scenario | design | mean | Δ vs random, across seeds (conditional) | Δ vs best heuristic, across seeds "
-             "(conditional) | p_holm | normalised (best heuristic's) |", "|---|---|---:|---|---|---:|---:|"]
+    rows = []
     for e in rec.notes["leaderboard"]:
         digits = "1" if e["objective"] in ("rounds_to_target", "time_to_target") else "3"
-        lines.append(f"| {e['scenario']} | `{e['policy']}` | {num(e['mean'], '.1f')} | "
+        rows.append([e["scenario"], f"`{e['policy']}`", num(e["mean"], ".1f"),
                      f"{num(e['delta_vs_random'], '+.1f')} {ci(e['delta_vs_random_ci_across'])} "
-                     f"({ci(e['delta_vs_random_ci'])}) | {num(e['delta_vs_best_heuristic'], '+.1f')} "
-                     f"{ci(e['delta_vs_best_heuristic_ci_across'])} ({ci(e['delta_vs_best_heuristic_ci'])}) vs "
-                     f"`{e['best_heuristic']}` | {num(e.get('p_holm'), '.3g')} | {num(e['normalised'], '+.2f')} "
-                     f"({num(e['best_heuristic_normalised'], '+.2f')}) |")
-    return "\n".join(lines)
+                     f"({ci(e['delta_vs_random_ci'])})",
+                     f"{num(e['delta_vs_best_heuristic'], '+.1f')} {ci(e['delta_vs_best_heuristic_ci_across'])} "
+                     f"({ci(e['delta_vs_best_heuristic_ci'])}) vs `{e['best_heuristic']}`",
+                     num(e.get("p_holm"), ".3g"),
+                     f"{num(e['normalised'], '+.2f')} ({num(e['best_heuristic_normalised'], '+.2f')})"])
+    return markdown.table(["scenario", "design", "mean", "Δ vs random, across seeds (conditional)",
+                           "Δ vs best heuristic, across seeds (conditional)", "p_holm",
+                           "normalised (best heuristic's)"], rows, align="llrllrr").rstrip("\n")
 
 
 def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.json") -> str:
@@ -212,12 +213,10 @@ def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.
              if "best_heuristic" in s["name"] and s["name"].endswith("across training seeds")]
     ps = [t_interval(v.get("per_training_seed") or []).p for _n, v in found]
     adjusted = holm(ps)
-    lines = ["| comparison | Δ across training seeds [95% CI] | p | p (Holm, all " + str(len(found)) + ") |",
-             "|---|---|---:|---:|"]
-    for (name, v), p, p_holm in zip(found, ps, adjusted):
-        lines.append(f"| {name} | {v['mean']:+.3g} [{v['lo']:+.3g}, {v['hi']:+.3g}] | "
-                     f"{p:.3g} | {p_holm:.3g} |")
-    return "\n".join(lines)
+    rows = [[name, f"{v['mean']:+.3g} [{v['lo']:+.3g}, {v['hi']:+.3g}]", f"{p:.3g}", f"{p_holm:.3g}"]
+            for (name, v), p, p_holm in zip(found, ps, adjusted)]
+    return markdown.table(["comparison", "Δ across training seeds [95% CI]", "p", f"p (Holm, all {len(found)})"],
+                          rows, align="llrr").rstrip("\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -238,7 +237,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.part == "learned_holm":
         text = learned_holm()
         if not args.no_publish:
-            splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_holm", text)
+            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_holm", text)
         print(text)
         return
     if args.smoke:
@@ -255,7 +254,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_rl.py", *(argv or sys.argv[1:])])})
         if rec.notes["leaderboard"] and not args.no_publish:
             rec.write(RESULT)
-            splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl", table(rec))
+            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl", table(rec))
         print(table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
 
 

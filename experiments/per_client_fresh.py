@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments import common  # noqa: E402
 from experiments.favor_study import check_paired_seeds  # noqa: E402
-from fedsel_eval import records  # noqa: E402
+from fedsel_eval import markdown, records  # noqa: E402
 
 NAME = "per_client_fresh"
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,12 +103,12 @@ def main(argv: Sequence[str] = None) -> Path:
 
 
 def _table(rec: records.Record) -> List[str]:
-    lines = ["| summary | value |", "|---|---|"]
+    rows = []
     for s in rec.summaries:
         v = s["value"]
         text = f"{v:.2f}" if isinstance(v, float) else f"{v['mean']:+.2f} [{v['lo']:+.2f}, {v['hi']:+.2f}] (n = {v['n']})"
-        lines.append(f"| {s['name']} | {text} |")
-    return lines
+        rows.append([s["name"], text])
+    return markdown.table(["summary", "value"], rows, align="ll").splitlines()
 
 
 if __name__ == "__main__":

@@ -181,8 +181,7 @@ def tables(numbers: Mapping[str, Any], plan: Mapping[str, Dict[str, Any]], backe
 def per_seed_table(numbers: Mapping[str, Any], name: str, backends: Sequence[str], seeds: Sequence[int]) -> str:
     """The done-when of issue #44: per seed, the attack-free and attacked honest accuracy of each backend."""
     cols = [f"seed {s}: none → attacked (Δ)" for s in seeds]
-    out = ["| backend | " + " | ".join(cols) + f" | loses ≤ {SLACK} on every seed |",
-           "|---|" + "|".join(["---:"] * len(cols)) + "|:---:|"]
+    rows = []
     for b in backends:
         cells, ok = [], True
         for s in seeds:
@@ -190,8 +189,9 @@ def per_seed_table(numbers: Mapping[str, Any], name: str, backends: Sequence[str
             d = v["honest"] - v["none"]
             ok = ok and d >= -SLACK
             cells.append(f"{v['none']:.3f} → {v['honest']:.3f} ({d:+.3f})")
-        out.append(f"| {b} | " + " | ".join(cells) + f" | {'yes' if ok else 'no'} |")
-    return "\n".join(out) + "\n"
+        rows.append([b, *cells, "yes" if ok else "no"])
+    return markdown.table(["backend", *cols, f"loses ≤ {SLACK} on every seed"], rows,
+                          align="l" + "r" * len(cols) + "c")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Path:

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .markdown import table
 from .stats import TInterval
 
 
@@ -53,21 +54,20 @@ def leaderboard_markdown(summaries: Sequence[Mapping[str, Any]], policies: Optio
         flag = " — **low-headroom**" if s["low_headroom"] else ""
         lines.append(f"**{s['scenario']}** (`{s['env_id']}`), {s['objective']} ({arrow}), seeds "
                      f"{_seed_range(s['seeds'])}: headroom {_cell(s['headroom'], '+' + f)}{flag}\n")
-        lines.append("| policy | objective [95% CI] | Δ vs random [95% CI] | normalised score [95% CI] |")
-        lines.append("|---|---:|---:|---:|")
         names = [p for p in (policies or sorted(s["policies"])) if p in s["policies"]]
+        rows = []
         for p in sorted(names, key=lambda q: -_finite(s["policies"][q]["normalised"]["mean"])):
             v = s["policies"][p]
             delta = "—" if p == "random" or "vs_random" not in v else _cell(v["vs_random"], "+" + f)
-            lines.append(f"| {p} | {_cell(v['objective'], f)} | {delta} | {_cell(v['normalised'], '+.2f')} |")
-        lines.append("")
+            rows.append([p, _cell(v["objective"], f), delta, _cell(v["normalised"], "+.2f")])
+        lines.append(table(["policy", "objective [95% CI]", "Δ vs random [95% CI]", "normalised score [95% CI]"],
+                           rows))
     means = mean_normalised(summaries)
     if means:
         lines.append("**Mean normalised score** over the scenarios with headroom:\n")
-        lines.append("| policy | mean normalised score | scenarios |")
-        lines.append("|---|---:|---:|")
-        for p, v in sorted(means.items(), key=lambda kv: -kv[1]["mean"]):
-            lines.append(f"| {p} | {v['mean']:+.2f} | {v['scenarios']} |")
+        lines.append(table(["policy", "mean normalised score", "scenarios"],
+                           [[p, f"{v['mean']:+.2f}", v["scenarios"]]
+                            for p, v in sorted(means.items(), key=lambda kv: -kv[1]["mean"])]).rstrip("\n"))
     verdicts = versus_random(summaries)
     if verdicts:
         lines.append("\n**Against random** (Δ vs random: the policy's objective minus random's on the same seed, "
