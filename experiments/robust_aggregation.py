@@ -25,7 +25,6 @@ and with ``--publish`` the tables are spliced into docs/ROBUSTNESS.md between
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -37,7 +36,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from experiments.robustness import DOC, mean_std, slug  # noqa: E402
+from experiments.robustness import mean_std, slug, write_outputs  # noqa: E402
 from fedsel_eval import markdown  # noqa: E402
 
 #: the generated block of docs/ROBUSTNESS.md this script writes (``fedsel_eval.markdown.splice``)
@@ -234,16 +233,11 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                  f"times sum to {episode_seconds / 60:.1f} min; this invocation took {wall / 60:.1f} min on one "
                  f"core of the shared 2-core machine (load average {os.getloadavg()[0]:.1f} at the end; a re-run resumes "
                  f"the finished episodes).*\n")
-    (out / "table.md").write_text(fragment)
-    (out / "results.json").write_text(json.dumps(
-        {"scenarios": plan, "backends": labels, "rounds": args.rounds, "seeds": args.seeds, "wall_time_s": wall,
-         "numbers": {n: {b: {str(s): v for s, v in by.items()} for b, by in d.items()} for n, d in numbers.items()},
-         "dishonest": {n: {str(s): v.tolist() for s, v in d.items()} for n, d in dishonest.items()}},
-        indent=1, allow_nan=True))
-    print("\n" + fragment)
-    if args.publish:
-        markdown.splice(DOC, MARKER, fragment, append=False)
-        print(f"tables spliced into {DOC}")
+    write_outputs(out, fragment, {
+        "scenarios": plan, "backends": labels, "rounds": args.rounds, "seeds": args.seeds, "wall_time_s": wall,
+        "numbers": {n: {b: {str(s): v for s, v in by.items()} for b, by in d.items()} for n, d in numbers.items()},
+        "dishonest": {n: {str(s): v.tolist() for s, v in d.items()} for n, d in dishonest.items()}},
+        args.publish, MARKER)
     return out
 
 

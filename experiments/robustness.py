@@ -188,6 +188,17 @@ def tables(results: Dict[str, Dict[str, List[Dict[str, float]]]], series: List[s
     return "\n".join(out)
 
 
+def write_outputs(out: Path, fragment: str, results: Mapping[str, Any], publish: bool, marker: str) -> None:
+    """``table.md`` and ``results.json`` in ``out``, the fragment printed and, with ``publish``, spliced into
+    docs/ROBUSTNESS.md's block ``marker`` (which must be there)."""
+    (out / "table.md").write_text(fragment)
+    (out / "results.json").write_text(json.dumps(results, indent=1, allow_nan=True))
+    print("\n" + fragment)
+    if publish:
+        markdown.splice(DOC, marker, fragment, append=False)
+        print(f"spliced into {DOC} ({marker})")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Path:
     args = parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -227,14 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
                  f"with {args.workers} worker(s) on 2 shared CPU cores (load average {os.getloadavg()[0]:.1f} "
                  f"at the end; a re-run resumes the finished episodes). Each scenario is one evaluate.py run:*"
                  f"\n\n```\n" + "\n".join(commands.values()) + "\n```\n")
-    (out / "table.md").write_text(fragment)
-    (out / "results.json").write_text(json.dumps({"scenarios": SCENARIOS, "commands": commands, "wall_time_s": wall,
-                                                  "episode_seconds": episode_seconds, "results": results}, indent=1,
-                                                 allow_nan=True))
-    print("\n" + fragment)
-    if args.publish:
-        markdown.splice(DOC, MARKER, fragment, append=False)
-        print(f"table spliced into {DOC}")
+    write_outputs(out, fragment, {"scenarios": SCENARIOS, "commands": commands, "wall_time_s": wall,
+                                  "episode_seconds": episode_seconds, "results": results}, args.publish, MARKER)
     return out
 
 
