@@ -388,24 +388,21 @@ def heuristic_policies() -> List[str]:
 
 
 def suite_files(out: Path) -> List[Path]:
-    """What a suite run left in ``out``: its leaderboard files and its scenarios' episode files."""
+    """What a suite run left in ``out``: its leaderboard files and its scenarios' episode files (a user's scenario
+    file's too, issue #46: a sub-folder whose first line is a suite's row, never a plain evaluation's folder)."""
     from fedsel_env.bench import SCENARIOS
 
     out = Path(out)
     found = [out / n for n in LEADERBOARD_FILES if (out / n).is_file()]
     named = [out / n / EPISODES for n in SCENARIOS if (out / n / EPISODES).is_file()]
-    # a user's scenario file's folder (issue #46): a sub-folder whose episodes are suite rows (never a plain
-    # evaluation's run folder beside it, whose rows have no scenario)
-    others = [p for p in sorted(out.glob(f"*/{EPISODES}")) if p not in named and _holds_suite_rows(p)]
-    return found + named + others
+    return found + named + [p for p in sorted(out.glob(f"*/{EPISODES}")) if p not in named and _suite_rows(p)]
 
 
-def _holds_suite_rows(path: Path) -> bool:
-    """Whether the first line of ``path`` is a suite's episode row (it names its scenario and policy text)."""
+def _suite_rows(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
-            row = json.loads(fh.readline().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+            row = json.loads(fh.readline())  # bytes: not UTF-8 is a ValueError too
+    except (OSError, ValueError):
         return False
     return isinstance(row, dict) and {"scenario", "policy_spec", "seed", "value"} <= set(row)
 
