@@ -24,7 +24,7 @@ replayed from each episode's recorded selections (``curves.selected``) with the 
 replay is its queues (tests/test_experiments.py checks this against the agent's). "Final accuracy" is
 the global test accuracy averaged over the last ``TAIL`` of the rounds (the per-round value moves by
 about a point from round to round). Differences between policies are paired by seed, with Student-t 95%
-intervals (``common.t_interval``) over the ``SEEDS``.
+intervals (``fedsel_eval.stats.t_interval``) over the ``SEEDS``.
 """
 from __future__ import annotations
 
