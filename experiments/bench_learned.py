@@ -49,11 +49,19 @@ TRAIN_SEEDS = (0, 1, 2)
 #: the scenarios with a set_distill budget in configs/set_distill.yml (the default --scenarios)
 SCENARIOS = ("QuantitySkew", "PowerOfChoice", "NoisyLabels", "FreeRiders", "Stragglers", "Churn", "Large",
              "FMNISTControl")
-#: the SB3 designs' training steps per scenario (a step is one client for pc_dqn and favor_plus: K a round) and their
-#: batched vector env's size: ``train_agent.py`` flags (the command lines are in docs/BENCHMARK.md)
-SB3_STEPS: Dict[str, Dict[str, int]] = {"pc_dqn": {"QuantitySkew": 50_000, "Stragglers": 50_000, "Churn": 50_000},
-                                        "pc_ppo": {"QuantitySkew": 10_000}, "favor_plus": {"QuantitySkew": 50_000}}
+#: the SB3 designs' sub-envs of the batched vector env (also in their configs' bench entries)
 SB3_ENVS = 16
+
+
+def sb3_steps(design: str) -> Dict[str, int]:
+    """An SB3 design's training steps per scenario: ``n_timesteps`` of the scenario's entry in ``configs/<algo>.yml``
+    (a step is one client for pc_dqn and favor_plus: K a round)."""
+    from fedsel_env.config import read_yaml
+
+    table = read_yaml(trainers.CONFIG_DIR / f"{SB3_DESIGNS[design][0]}.yml", "hyper-parameter file")
+    return {scenario(k).name: int(v["n_timesteps"]) for k, v in table.items() if k.startswith("fedsel/Bench-")}
+
+
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "train_seeds": (0,), "seeds": [9000, 9001],
          "es": {"generations": 2, "episodes": 2, "popsize": 3, "eval_every": 1},
          "distill": {"episodes": 2, "candidates": 3, "beta_episodes": 1, "eval_every": 1}}
@@ -79,8 +87,8 @@ def budgets(args: argparse.Namespace) -> Dict[str, Any]:
     distill = {n: trainers.load_settings("set_distill", n, settings(args, "set_distill", n)) for n in args.scenarios}
     return {"set_distill_episodes": {n: distill[n]["episodes"] for n in args.scenarios},
             "set_distill_candidates": distill[args.scenarios[0]]["candidates"],
-            "pc_dqn_steps": dict(SB3_STEPS["pc_dqn"]), "pc_dqn_envs": SB3_ENVS,
-            "sb3_designs": {d: {"algo": a, "steps": dict(SB3_STEPS[d]), "step_is_one_client": o}
+            "pc_dqn_steps": sb3_steps("pc_dqn"), "pc_dqn_envs": SB3_ENVS,
+            "sb3_designs": {d: {"algo": a, "steps": sb3_steps(d), "step_is_one_client": o}
                             for d, (a, o) in SB3_DESIGNS.items()},
             "es_budget": {n: [es[n]["generations"], es[n]["episodes"]] for n in args.scenarios},
             "es_settings": {n: {k: es[n][k] for k in ("start", "sigma0", "popsize") if k in es[n]}
@@ -88,19 +96,14 @@ def budgets(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def sb3_command(args: argparse.Namespace, name: str, seed: int, design: str) -> list:
-    """``train_agent.py --algo <design's>`` on the scenario (its own PCA width, so the model deploys on it unchanged),
-    a new federation every episode, ``SB3_ENVS`` sub-envs of the batched vector env."""
-    from fedsel_env.config import DEFAULT_CONFIG
-    from fedsel_env.spec import SelectionSpec
-
-    cfg = {**DEFAULT_CONFIG, **scenario(name).env_config(), **args.overrides}
+    """``train_agent.py --algo <design's>`` on the scenario's id: its entry in ``configs/<algo>.yml`` holds the budget,
+    the 16 sub-envs, the scenario's own PCA width (so the model deploys on it unchanged) and a new federation every
+    episode; the batched vector env."""
     folder = run_folder(args.out, name, seed, design)
     return [sys.executable, str(ROOT / "train_agent.py"), "--algo", SB3_DESIGNS[design][0], "--env",
-            scenario(name).env_id, "--n-envs", str(SB3_ENVS), "--vec-env", "batched", "-n",
-            str(args.steps or SB3_STEPS[design][name]), "--seed", str(seed), "--runs-dir", str(folder.parent),
-            "--name", folder.name, "--no-progress-bar", "--eval-freq", "0", "--env-kwargs",
-            f"pca_components={SelectionSpec.pca_width(cfg)}", "federation_seed=null",
-            *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()],
+            scenario(name).env_id, "--vec-env", "batched", "--seed", str(seed), "--runs-dir", str(folder.parent),
+            "--name", folder.name, "--no-progress-bar", "--eval-freq", "0", *(["-n", str(args.steps)] if args.steps else []),
+            *(["--env-kwargs", *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]] if args.overrides else []),
             *(["--resume"] if (folder / "args.yaml").is_file() else [])]
 
 
@@ -230,7 +233,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: SCENARIOS)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=None)
     p.add_argument("--design", choices=DESIGNS, default="set_distill", help="what --part train trains")
-    p.add_argument("--steps", type=int, default=None, help="an SB3 design's training steps (default: SB3_STEPS)")
+    p.add_argument("--steps", type=int, default=None, help="an SB3 design's training steps (default: its config's)")
     p.add_argument("--episodes", type=int, default=None, help="set_distill's episodes (default: configs/set_distill.yml)")
     p.add_argument("--generations", type=int, default=None, help="set_es's generations (default: configs/set_es.yml)")
     p.add_argument("--candidates", type=int, default=None, help="the oracle's candidates per round (default: the config's)")

@@ -13,7 +13,7 @@ import ast
 import inspect
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set, Union
 
 from agents.schedules import LinearDecay
 from fedsel_env.config import read_yaml
@@ -31,10 +31,11 @@ ZOO_KEYS = ("n_timesteps", "policy", "n_envs", "env_kwargs", "env_config", "call
 SET_BY_SCRIPT = {"env", "_init_setup_model", "seed", "device", "tensorboard_log", "verbose"}
 
 
-def load_hyperparams(algo: str, env_id: str, overrides: Sequence[str] = (),
+def load_hyperparams(algo: str, env_id: Union[str, Sequence[str]], overrides: Sequence[str] = (),
                      conf_file: Optional[str] = None) -> Dict[str, Any]:
     """The hyper-parameters for ``env_id``: its entry in the algorithm's YAML (or the ``default`` entry), then
-    the ``KEY=VALUE`` ``overrides`` (``--hyperparams``).
+    the ``KEY=VALUE`` ``overrides`` (``--hyperparams``). ``env_id`` may be several keys, the first with an entry
+    winning (a FedSelect-Bench scenario's id, then its preset's: ``agents.training.settings.prepare``).
 
     :raises ValueError: for a missing file, no entry, or a key the algorithm does not take.
     """
@@ -45,6 +46,8 @@ def load_hyperparams(algo: str, env_id: str, overrides: Sequence[str] = (),
     if not isinstance(table, dict) or not all(isinstance(v, dict) or v is None for v in table.values()):
         raise ValueError(f"hyper-parameter file {str(path)!r} must map env ids (or 'default') to entries of "
                          f"hyper-parameters, as configs/{algo}.yml does; correct it there")
+    keys = [env_id] if isinstance(env_id, str) else list(env_id)
+    env_id = next((k for k in keys if k in table), keys[-1])
     if env_id in table:
         hp = dict(table[env_id] or {})
     elif "default" in table:

@@ -22,6 +22,14 @@ from .hyperparams import check_policy, load_hyperparams, model_kwargs
 from .runs import check_new_run, default_run_name, resumed_settings
 
 
+def _scenario_id(env: str) -> list:
+    """``[fedsel/Bench-<Name>-v0]`` when ``--env`` names a registered scenario (by name or id), else ``[]``."""
+    from fedsel_env.bench import BENCH_IDS, SCENARIOS
+
+    name = BENCH_IDS.get(env, env)
+    return [SCENARIOS[name].env_id] if isinstance(name, str) and name in SCENARIOS else []
+
+
 def prepare(args: Args) -> Dict[str, Any]:
     """Check every argument and work out the run's settings before anything is built (fails fast)."""
     check_algo(args.algo)
@@ -30,7 +38,8 @@ def prepare(args: Args) -> Dict[str, Any]:
         args, env_config, hp = resumed_settings(args)
     else:
         preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
-        hp = load_hyperparams(args.algo, env_id(preset), args.hyperparams, args.conf_file)  # 3. hyper-parameters
+        keys = [*_scenario_id(args.env), env_id(preset)]  # a bench scenario's own entry first (its budget), rl-zoo3 style
+        hp = load_hyperparams(args.algo, keys, args.hyperparams, args.conf_file)  # 3. hyper-parameters
         overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
         if args.device is not None:  # --device: the simulator's device, and the learner's below
             overrides["device"] = args.device
