@@ -196,8 +196,9 @@ def participation(records: Sequence[Mapping[str, Any]], policy: str) -> Dict[str
 
 def paired(a: np.ndarray, b: np.ndarray) -> Dict[str, Any]:
     """Mean of a − b with its 95% Student-t interval over the pairs (:func:`fedsel_eval.stats.paired_t`), in the
-    form results.json stores (``mean``, ``lo``, ``hi``, ``n``; no interval, None, below two pairs)."""
-    return paired_t(a, b).record()
+    form results.json stores (``mean``, ``lo``, ``hi``, ``n``; no interval, NaN, below two pairs)."""
+    iv = paired_t(a, b)
+    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
 
 
 def ci_text(p: Mapping[str, Any], spec: str = "+.1f") -> str:
