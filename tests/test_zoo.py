@@ -53,20 +53,44 @@ def _zoo(args: list, cwd: Path) -> subprocess.CompletedProcess:
 
 # -- configs/ as rl-zoo3 reads them ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", sorted(CONFIG_DIR.glob("*.yml")), ids=lambda p: p.name)
+#: the designs of the trainer registry (agents/training/trainers.py): their configs hold the trainer's own settings
+DESIGN_CONFIGS = ("set_es", "set_es_q", "set_distill", "set_distill_cover")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in CONFIG_DIR.glob("*.yml") if p.stem not in DESIGN_CONFIGS),
+                         ids=lambda p: p.name)
 def test_every_config_entry_is_an_rl_zoo3_entry(path):
-    """Keyed by env id, env settings under rl-zoo3's env_kwargs (not the older env_config), each entry's
-    env_kwargs a valid config of that env in a mode the algorithm acts in, every other key the algorithm's."""
+    """Keyed by env id (a FedSelect-Bench scenario's id included), env settings under rl-zoo3's env_kwargs (not the
+    older env_config), each entry's env_kwargs a valid config of that env in a mode the algorithm acts in, every
+    other key the algorithm's."""
+    from fedsel_env.bench import BENCH_IDS
+    from fedsel_env.config import resolve_env
+
     algo = path.stem
     table = yaml.safe_load(path.read_text())
-    assert set(table) <= set(ENV_IDS.values()) | {"default"}
+    assert set(table) <= set(ENV_IDS.values()) | set(BENCH_IDS) | {"default"}
     for env_id, entry in table.items():
         assert "env_config" not in entry and isinstance(entry["env_kwargs"], dict), env_id
         assert entry["callback"] == "agents.training.callbacks.FLMetricsCallback"
-        preset = {v: k for k, v in ENV_IDS.items()}.get(env_id, "default")
-        cfg = make_config(entry["env_kwargs"], preset=preset)  # what gym.make(env_id, **env_kwargs) builds
+        preset, over = resolve_env(env_id) if env_id in BENCH_IDS else (
+            {v: k for k, v in ENV_IDS.items()}.get(env_id, "default"), {})
+        cfg = make_config({**over, **entry["env_kwargs"]}, preset=preset)  # what gym.make(env_id, **env_kwargs) builds
         check_action_mode(algo, cfg["action_mode"])
         load_hyperparams(algo, env_id)  # every key an argument of the algorithm or one of rl-zoo3's
+
+
+@pytest.mark.parametrize("design", DESIGN_CONFIGS)
+def test_every_design_config_entry_is_a_valid_run_of_its_trainer(design):
+    """configs/<design>.yml: every entry (keyed by a bench scenario's id, or default) a valid run of the design."""
+    from agents.training import trainers
+    from fedsel_env.bench import BENCH_IDS
+
+    table = yaml.safe_load((CONFIG_DIR / f"{design}.yml").read_text())
+    assert "default" in table and set(table) <= set(BENCH_IDS) | {"default"}
+    for key in table:
+        entry = trainers.trainer(design)
+        entry.check(key if key != "default" else "Churn", 0, trainers.load_settings(design, key if key != "default"
+                                                                                    else "Churn"))
 
 
 def test_env_config_is_read_as_an_alias_of_env_kwargs(tmp_path):
