@@ -6,7 +6,8 @@ A design's run of a scenario and training seed is ``<out>/<design>/<scenario>/se
 model with random's, the best heuristic's and the oracle's (common random numbers: the same seeds), the paired
 differences (Student's t, across seeds and across training seeds), the learning curves, the ES weights, and the
 2 × N, confirmation, fresh-seed and oracle-picks analyses; its summaries are recomputable from its rows
-(``python -m fedsel_eval.recompute``). The tables and figures drawn from it are :mod:`fedsel_eval.learned_tables`.
+(``python -m fedsel_eval.recompute``; docs/RECORDS.md, the metrics of docs/SPEC.md §5). The tables and figures drawn
+from it are :mod:`fedsel_eval.learned_tables`.
 """
 from __future__ import annotations
 

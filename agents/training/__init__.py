@@ -1,5 +1,8 @@
 """What ``train_agent.py`` is built from: one module per job, read in the order the script uses them.
 
+- :mod:`~agents.training.trainers` — the trainer registry: every design (``set_es``, ``set_es_q``, ``set_distill``,
+  ``set_distill_cover``) and SB3 algorithm by name, one signature; :mod:`~agents.training.set_es` and
+  :mod:`~agents.training.set_distill` train the designs, :mod:`~agents.training.sb3` the SB3 algorithms (steps 4-8);
 - :mod:`~agents.training.cli` — the arguments (:class:`~agents.training.cli.Args`) and their parser;
 - :mod:`~agents.training.algorithms` — what training asks of the algorithms' table (``agents/deploy.py``);
 - :mod:`~agents.training.hyperparams` — ``configs/<algo>.yml`` (rl-zoo3 style), checked and turned into kwargs;

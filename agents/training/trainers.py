@@ -15,9 +15,11 @@
   set_es.py``'s :data:`~agents.training.set_es.Mapper`; ``None``: this process); ``stop_after``: at most this many
   generations / episodes in this call (a chunk; the run resumes from there).
 
-The designs registered here: ``set_es`` and ``set_es_q`` (CMA-ES over a linear set value, Hansen & Ostermeier 2001;
-``agents/training/set_es.py``), ``set_distill`` and ``set_distill_cover`` (DAgger from the lookahead oracle, Ross et
-al. 2011; ``agents/training/set_distill.py``). Every Stable-Baselines3 algorithm of ``agents.deploy.ALGORITHMS``
+The designs registered here (docs/SPEC.md §4, the selection agents): ``set_es`` and ``set_es_q`` (CMA-ES over a
+linear set value — N. Hansen & A. Ostermeier, "Completely Derandomized Self-Adaptation in Evolution Strategies",
+Evolutionary Computation 9(2), 2001; ``agents/training/set_es.py``), ``set_distill`` and ``set_distill_cover`` (DAgger
+from the lookahead oracle — S. Ross, G. Gordon & J. A. Bagnell, "A Reduction of Imitation Learning and Structured
+Prediction to No-Regret Online Learning", AISTATS 2011; ``agents/training/set_distill.py``). Every Stable-Baselines3 algorithm of ``agents.deploy.ALGORITHMS``
 (``pc_dqn``, ``pc_ppo``, ``favor``, ``favor+``, ``pl_ppo``, ``pl_a2c``, ``ppo``, ``dqn``, …) is a trainer too
 (:func:`train_sb3`, the path ``train_agent.py`` has always taken). A new design is one :func:`register_trainer`
 call and a ``configs/<name>.yml``; the env is not touched (docs/TRAINING.md, "Adding a trainer").
