@@ -14,6 +14,7 @@ from fedsel_env.bench import SCENARIOS, scenario
 
 from . import records
 from .learned import CONFIRM_SETS, ES_DESIGNS, LARGER_N_DESIGNS
+from .markdown import table as md_table
 
 def _against_references(rec: records.Record, prefix: str, rows: Sequence[Mapping[str, Any]],
                         candidates: Sequence[str]) -> tuple:
@@ -34,9 +35,7 @@ def _against_references(rec: records.Record, prefix: str, rows: Sequence[Mapping
 def picks_table(rec: records.Record) -> str:
     """Where the ES models' picks differ from the oracle's (from the record's summaries): agreement, and the three
     token columns whose standardised means differ most between the oracle's picks and the model's."""
-    lines = ["| scenario | design | episodes | oracle's clients it also picks | its pick the oracle's best | candidates "
-             "scoring better | the oracle picks clients with (oracle − learned, standardised) |",
-             "|---|---|---:|---:|---:|---:|---|"]
+    lines = []
     cell = lambda x: f"{x['mean']:.2f} [{x['lo']:.2f}, {x['hi']:.2f}]"  # noqa: E731
     for name in [n for n in SCENARIOS if any(r.get("role") == "picks" and r["scenario"] == n for r in rec.rows)]:
         for design in ES_DESIGNS:
@@ -51,48 +50,48 @@ def picks_table(rec: records.Record) -> str:
                                        and r["scenario"] == name and r["design"] == design))  # token order: ties stable
             d = {f: rec.value(pre + f"oracle − learned mean standardised {f}") for f in feats}
             top = sorted(d, key=lambda f: -abs(d[f]["mean"]))[:3]
-            lines.append(f"| {name} | `{design}` | {len(rows)} | {cell(v[0])} | {cell(v[1])} | {cell(v[2])} | "
-                         + ", ".join(f"`{f}` {d[f]['mean']:+.2f} [{d[f]['lo']:+.2f}, {d[f]['hi']:+.2f}]" for f in top)
-                         + " |")
-    return "\n".join(lines)
+            lines.append([name, f"`{design}`", len(rows), cell(v[0]), cell(v[1]), cell(v[2]),
+                          ", ".join(f"`{f}` {d[f]['mean']:+.2f} [{d[f]['lo']:+.2f}, {d[f]['hi']:+.2f}]" for f in top)])
+    return md_table(["scenario", "design", "episodes", "oracle's clients it also picks", "its pick the oracle's best",
+                     "candidates scoring better", "the oracle picks clients with (oracle − learned, standardised)"],
+                    lines, align="llrrrrl").rstrip("\n")
 
 
 def confirm_table(rec: records.Record, role: str = "confirm") -> str:
     """The designs on ``CONFIRM_SETS[role]``'s seeds: means and paired differences (from the record's summaries)."""
     _seeds, label, candidates = CONFIRM_SETS[role]
-    lines = ["| scenario | design | random | best heuristic | learned | learned − random [95% CI] "
-             "| learned − best heuristic [95% CI] |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = []
     for name in sorted({r["scenario"] for r in rec.rows if r.get("role") == role}, key=list(SCENARIOS).index):
         rows = [r for r in rec.rows if r.get("role") == role and r["scenario"] == name]
         designs, best, v, diffs, f, cell = _against_references(rec, f"{name} {label}", rows, candidates)
         for dsg in designs:
             d = diffs[dsg]
-            lines.append(f"| {name} | `{dsg}` | {v['random']:{f}} | `{best}` {v[best]:{f}} | {v[dsg]:{f}} | "
-                         f"{cell(d['random'])} | {cell(d[best])} |")
-    return "\n".join(lines)
+            lines.append([name, f"`{dsg}`", f"{v['random']:{f}}", f"`{best}` {v[best]:{f}}", f"{v[dsg]:{f}}",
+                          cell(d["random"]), cell(d[best])])
+    return md_table(["scenario", "design", "random", "best heuristic", "learned", "learned − random [95% CI]",
+                     "learned − best heuristic [95% CI]"], lines, align="llrrrrr").rstrip("\n")
 
 
 def table(rec: records.Record) -> str:
-    lines = ["| scenario | design | objective | best heuristic | learned mean | normalised (heuristic's) | Δ vs random [95% CI] "
-             "| Δ vs best heuristic [95% CI] | beats it | training per seed |",
-             "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
+    lines = []
     for e in rec.notes["leaderboard"]:
         arrow = "↓" if e["lower_is_better"] else "↑"
         f = ".3f" if e["objective"] == "acc_worst10" else ".1f"
-        lines.append(
-            f"| {e['scenario']} | `{e['policy']}` | {e['objective']} {arrow} | `{e['best_heuristic']}` | {e['mean']:{f}} | "
-            f"{_num(e['normalised'])} ({_num(e['best_heuristic_normalised'])}) | {e['delta_vs_random']:+{f}} "
-            f"[{e['delta_vs_random_ci'][0]:+{f}}, {e['delta_vs_random_ci'][1]:+{f}}] | "
+        lines.append([
+            e["scenario"], f"`{e['policy']}`", f"{e['objective']} {arrow}", f"`{e['best_heuristic']}`", f"{e['mean']:{f}}",
+            f"{_num(e['normalised'])} ({_num(e['best_heuristic_normalised'])})",
+            f"{e['delta_vs_random']:+{f}} [{e['delta_vs_random_ci'][0]:+{f}}, {e['delta_vs_random_ci'][1]:+{f}}]",
             f"{e['delta_vs_best_heuristic']:+{f}} [{e['delta_vs_best_heuristic_ci'][0]:+{f}}, "
-            f"{e['delta_vs_best_heuristic_ci'][1]:+{f}}] | {'yes' if e['beats_best_heuristic'] else 'no'} | "
-            f"{e['train_seconds_per_seed'] / 60:.1f} min, {e['env_rounds_per_seed']:,.0f} rounds |")
-    return "\n".join(lines)
+            f"{e['delta_vs_best_heuristic_ci'][1]:+{f}}]", "yes" if e["beats_best_heuristic"] else "no",
+            f"{e['train_seconds_per_seed'] / 60:.1f} min, {e['env_rounds_per_seed']:,.0f} rounds"])
+    return md_table(["scenario", "design", "objective", "best heuristic", "learned mean", "normalised (heuristic's)",
+                     "Δ vs random [95% CI]", "Δ vs best heuristic [95% CI]", "beats it", "training per seed"], lines,
+                    align="llllrrrrlr").rstrip("\n")
 
 
 def larger_table(rec: records.Record) -> str:
     """The per-client designs at 2 × N: means and paired differences (from the record's summaries)."""
-    lines = ["| scenario | N (trained at) | design | random | best heuristic | learned | learned − random [95% CI] "
-             "| learned − best heuristic [95% CI] |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    lines = []
     for name in rec.config.get("scenarios", []) or sorted({r["scenario"] for r in rec.rows if r.get("role") == "larger_n"}):
         rows = [r for r in rec.rows if r.get("role") == "larger_n" and r["scenario"] == name]
         if not rows:
@@ -101,9 +100,11 @@ def larger_table(rec: records.Record) -> str:
         designs, best, v, diffs, f, cell = _against_references(rec, f"{name} at N = {n}", rows, LARGER_N_DESIGNS)
         for d in designs:
             diff = diffs[d]
-            lines.append(f"| {name} | {n} ({scenario(name).config['num_clients']}) | `{d}` | {v['random']:{f}} | "
-                         f"`{best}` {v[best]:{f}} | {v[d]:{f}} | {cell(diff['random'])} | {cell(diff[best])} |")
-    return "\n".join(lines)
+            lines.append([name, f"{n} ({scenario(name).config['num_clients']})", f"`{d}`", f"{v['random']:{f}}",
+                          f"`{best}` {v[best]:{f}}", f"{v[d]:{f}}", cell(diff["random"]), cell(diff[best])])
+    return md_table(["scenario", "N (trained at)", "design", "random", "best heuristic", "learned",
+                     "learned − random [95% CI]", "learned − best heuristic [95% CI]"], lines,
+                    align="lrlrrrrr").rstrip("\n")
 
 
 def es_weights_table(rec: records.Record, design: str = "set_es") -> str:
@@ -121,14 +122,14 @@ def es_weights_table(rec: records.Record, design: str = "set_es") -> str:
             vec = {r["param"]: r["value"] for r in rows if r["scenario"] == n and r["training_seed"] == t}
             norm = float(np.linalg.norm(list(vec.values()))) or 1.0
             unit.update({(n, t, p): v / norm for p, v in vec.items()})
-    lines = ["| weight (unit vector) | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    lines = []
     for p in params:
         cells = []
         for n in names:
             v = [x for (n2, _t, p2), x in sorted(unit.items()) if n2 == n and p2 == p]
             cells.append(f"{np.mean(v):+.2f} ({', '.join(f'{x:+.2f}' for x in v)})")
-        lines.append(f"| `{p}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([f"`{p}`", *cells])
+    return md_table(["weight (unit vector)", *names], lines).rstrip("\n")
 
 
 def _num(x: Any) -> str:
