@@ -17,6 +17,7 @@ package data, ``fedsel_eval/data/``).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -140,6 +141,7 @@ def experiments_paths(path: Path) -> List[Tuple[int, str]]:
     return found
 
 
+@functools.lru_cache(maxsize=None)  # one parse of the tree per test session (the tests only read it)
 def import_graph(by_string: bool = True) -> Dict[str, Set[str]]:
     """module → the modules of the tree it imports (an import of ``a.b.c`` is an arrow to the nearest module),
     by statement and (``by_string``) by string."""
