@@ -121,8 +121,7 @@ def across_training_seeds(per_seed: Mapping[str, Mapping[str, Any]]) -> Dict[str
     one conditional on the trained models (the per-episode-seed mean over the models)."""
     out = {}
     for key in ("rounds_vs_random", "rounds_vs_best"):
-        iv = t_interval([v[key]["mean"] for v in per_seed.values()])
-        out[f"{key}_across"] = {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+        out[f"{key}_across"] = t_interval([v[key]["mean"] for v in per_seed.values()]).figures()
     return out
 
 
@@ -197,8 +196,7 @@ def participation(records: Sequence[Mapping[str, Any]], policy: str) -> Dict[str
 def paired(a: np.ndarray, b: np.ndarray) -> Dict[str, Any]:
     """Mean of a − b with its 95% Student-t interval over the pairs (:func:`fedsel_eval.stats.paired_t`), in the
     form results.json stores (``mean``, ``lo``, ``hi``, ``n``; no interval, NaN, below two pairs)."""
-    iv = paired_t(a, b)
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+    return paired_t(a, b).figures()
 
 
 def ci_text(p: Mapping[str, Any], spec: str = "+.1f") -> str:

@@ -286,8 +286,7 @@ def episode_stats(tr: Mapping[str, np.ndarray], names: Sequence[str], k: int) ->
 
 
 def _interval(values: Sequence[float]) -> Dict[str, Any]:
-    iv = t_interval(values)
-    return {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": iv.n}
+    return t_interval(values).figures()
 
 
 #: feature groups of the R² fits

@@ -76,11 +76,13 @@ class TInterval(Interval):
 
     p: float = math.nan
 
+    def figures(self) -> Dict[str, Any]:
+        """``{"mean", "lo", "hi", "n"}``, no interval as NaN (the studies' results.json form)."""
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "n": self.n}
+
     def record(self) -> Dict[str, Any]:
-        """``{"mean", "lo", "hi", "n"}`` with a non-finite figure as None (``fedsel_eval.records``' JSON form)."""
-        def f(x: float) -> Any:
-            return x if math.isfinite(x) else None
-        return {"mean": f(self.mean), "lo": f(self.lo), "hi": f(self.hi), "n": self.n}
+        """:meth:`figures` with a non-finite figure as None (``fedsel_eval.records``' JSON form)."""
+        return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in self.figures().items()}
 
 
 def finite(values: Sequence[Any]) -> np.ndarray:
