@@ -61,6 +61,8 @@ def test_the_record_form_is_the_committed_records_form():
     assert records.t_interval([1.0, 2.0, 4.0]) == iv.record() == {"mean": iv.mean, "lo": iv.lo, "hi": iv.hi, "n": 3}
     assert records.t_interval([7.0]) == {"mean": 7.0, "lo": None, "hi": None, "n": 1}
     assert records.t_interval([]) == {"mean": None, "lo": None, "hi": None, "n": 0}
+    one = t_interval([7.0]).figures()  # the studies' results.json form keeps NaN
+    assert one["mean"] == 7.0 and math.isnan(one["lo"]) and math.isnan(one["hi"]) and one["n"] == 1
 
 
 def test_paired_t_across_training_seeds_is_t_interval_over_the_seeds_means():
