@@ -6,7 +6,7 @@ A thin client of the front door (issue #46): every design is trained by the trai
 and figures are ``fedsel_eval.learned`` and ``fedsel_eval.learned_tables``. For each scenario and training seed (0, 1,
 2) a run trains on new federations (checked to be none of the bench's tuning or reporting ones); the report plays every
 trained model on the 30 reporting seeds 9000–9029 and pairs it, seed by seed, with random, the scenario's best
-heuristic and the oracle (``experiments/results/bench_reference.json``; common random numbers).
+heuristic and the oracle (``fedsel_eval/data/bench_reference.json``; common random numbers).
 
 The designs (``--design``): ``set_distill`` and ``set_distill_cover`` (DAgger from the lookahead oracle), ``set_es``
 and ``set_es_q`` (CMA-ES over a linear set value; ``set_es_q`` asks 2K clients their loss), ``pc_dqn``, ``pc_ppo`` and
@@ -36,7 +36,8 @@ from typing import Any, Dict, Optional, Sequence
 
 from agents.training import trainers
 from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS, scenario
-from fedsel_eval.bench import reference_policies, reference_rows, run_scenario, splice_doc
+from fedsel_eval.bench import reference_policies, reference_rows, run_scenario
+from fedsel_eval.markdown import splice
 from fedsel_eval.learned import (CONFIRM_SETS, DESIGNS, ES_DESIGNS, LARGER_N_DESIGNS, PICK_SEEDS,
                                  SB3_DESIGNS, best_heuristic, build_record, larger_config, picks_episode, policy_text,
                                  run_folder, trained_designs, training_summary)
@@ -195,7 +196,7 @@ def part_picks(args: argparse.Namespace, deadline: float) -> None:
 
 def report(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> None:
     """The record (``<out>/record.json``; published to ``RESULT`` and the docs unless ``--smoke``/``--no-publish``)."""
-    rec = build_record(args, budgets(args), ROOT)
+    rec = build_record(args, budgets(args), ROOT, code_paths=("fedsel_env", "agents", "fedsel_eval", "experiments"))
     rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py",
                                                                           *(argv or sys.argv[1:])])})
     board = rec.notes["leaderboard"]
@@ -211,13 +212,13 @@ def report(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> None:
     if publish:
         rec.write(RESULT)
         for design in es_designs:
-            splice_doc(ROOT / "docs" / "TRAINING.md", f"{design}_weights", es_weights_table(rec, design))
+            splice(ROOT / "docs" / "TRAINING.md", f"bench:{design}_weights", es_weights_table(rec, design))
         for role in roles:
-            splice_doc(ROOT / "docs" / "BENCHMARK.md", f"learned_{role}", confirm_table(rec, role))
+            splice(ROOT / "docs" / "BENCHMARK.md", f"bench:learned_{role}", confirm_table(rec, role))
         if picks:
-            splice_doc(ROOT / "docs" / "TRAINING.md", "learned_picks", picks_table(rec))
-        splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned", table(rec))
-        splice_doc(ROOT / "docs" / "BENCHMARK.md", "learned_larger_n", larger_table(rec))
+            splice(ROOT / "docs" / "TRAINING.md", "bench:learned_picks", picks_table(rec))
+        splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned", table(rec))
+        splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_larger_n", larger_table(rec))
     print(table(rec) if board else "nothing complete to report yet")
     print(larger_table(rec))
     for text in [*[es_weights_table(rec, d) for d in es_designs], *[confirm_table(rec, r) for r in roles],

@@ -172,12 +172,10 @@ def rounds_lower_bound(eps: Sequence[Mapping[str, Any]], cap: int) -> float:
 
 # ============================================================================================ Markdown
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: Optional[str] = None) -> str:
-    """A Markdown table; ``align`` is one character per column (``l`` or ``r``; default: first left)."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    sep = ["---" if a == "l" else "---:" for a in align]
-    lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "|".join(sep) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    """A Markdown table: :func:`fedsel_eval.markdown.table` (the library's one builder)."""
+    from fedsel_eval.markdown import table
+
+    return table(headers, rows, align)
 
 
 def fmt(x: Any, spec: str = ".3f") -> str:
@@ -196,24 +194,11 @@ def mean_std(values: Sequence[float], spec: str = ".3f") -> str:
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> Any:
-    """The mean of the finite ``values`` with its Student-t confidence interval (``scipy.stats.t``), as a
-    :class:`fedsel_eval.stats.Interval` (no interval below two values). For a handful of seeds, where a
-    bootstrap interval is too narrow to mean anything."""
-    from scipy import stats
+    """The mean of the finite ``values`` with its Student-t interval: :func:`fedsel_eval.stats.t_interval` (the
+    library's one t-interval; no interval below two values)."""
+    from fedsel_eval.stats import t_interval as library_t_interval
 
-    from fedsel_eval.stats import Interval
-
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
-    if x.size == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    mean = float(x.mean())
-    if x.size < 2:
-        return Interval(mean, math.nan, math.nan, 1)
-    sem = float(x.std(ddof=1) / math.sqrt(x.size))
-    if sem == 0.0:
-        return Interval(mean, mean, mean, int(x.size))
-    lo, hi = stats.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
-    return Interval(mean, float(lo), float(hi), int(x.size))
+    return library_t_interval(values, confidence)
 
 
 def wall_time_note(seconds: float, workers: int, command: str, compute_seconds: Optional[float] = None,
@@ -348,13 +333,11 @@ def records_of_exists(name: str) -> bool:
 
 
 def splice(doc: Path, name: str, text: str) -> None:
-    """Put ``text`` between the markers of ``name`` in ``doc`` (appended with markers if they are absent)."""
-    begin, end = f"<!-- repro:{name} begin -->", f"<!-- repro:{name} end -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}"
-    old = doc.read_text() if doc.is_file() else ""
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    new = pattern.sub(lambda _: block, old) if pattern.search(old) else old.rstrip() + "\n\n" + block + "\n"
-    atomic_write_text(doc, new)
+    """Put ``text`` between the ``repro:<name>`` markers of ``doc``: :func:`fedsel_eval.markdown.splice` (the
+    library's one splicer; appended with its markers where they are absent)."""
+    from fedsel_eval.markdown import splice as library_splice
+
+    library_splice(doc, f"repro:{name}", text)
 
 
 class Clock:

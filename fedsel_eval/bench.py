@@ -120,14 +120,6 @@ def objectives(env: Any, sc: Scenario, make_policy: Callable[[Any], Any],
     return scenario_objectives(env, sc, make_policy, seeds)
 
 
-def splice_doc(doc: Path, name: str, text: str) -> None:
-    """``fedsel_eval.markdown.splice(doc, "bench:<name>", text)``: the benchmark's block ``name`` of ``doc`` (kept for
-    the callers not yet moved to :mod:`fedsel_eval.markdown`, issue #46)."""
-    from .markdown import splice
-
-    splice(doc, f"bench:{name}", text)
-
-
 def reference_policies(sc: Scenario, lookahead: str = "") -> List[str]:
     """random and the oracle, scored by the scenario's objective (``lookahead`` adds parameters)."""
     extra = f",{lookahead}" if lookahead else ""

@@ -249,19 +249,22 @@ def add_larger_n(rec: records.Record, args: Any, chunk: str) -> None:
                           where={**w, "policy": p})
 
 
-def build_record(args: Any, budgets: Mapping[str, Any], root: Path) -> records.Record:
+def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
+                 code_paths: Sequence[str] = ("fedsel_env", "agents", "fedsel_eval")) -> records.Record:
     """The record: every reporting episode of every model, and of random, the best heuristic and the oracle.
 
     :param args: the run (``experiments/bench_learned.py``'s arguments): ``out``, ``scenarios``, ``train_seeds``,
         ``seeds``, ``smoke``, ``overrides``.
     :param budgets: the designs' training budgets (the record's config; ``set_distill_episodes`` by scenario).
     :param root: the repository, whose commit the record's chunk names.
+    :param code_paths: the paths under ``root`` whose uncommitted changes mark the chunk dirty (the caller adds its
+        own script's folder).
     """
     ref = reference_rows()
     rec = records.Record("bench_learned", config={
         "designs": list(DESIGNS), "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
         **budgets, "overrides": dict(args.overrides)})
-    chunk = rec.chunk(records.git_provenance(root, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
+    chunk = rec.chunk(records.git_provenance(root, tuple(code_paths)),
                       note="the report: every episode gathered (and any missing one played) at this commit; the "
                            "models' own episodes were played by `--part eval` (runs/bench_learned/eval/)")
     leaderboard = []

@@ -247,9 +247,7 @@ def test_the_plan_sits_below_the_run_folder():
 
 #: library files that still hold a path into experiments/, each owed a fix (the test fails when one is gone, so
 #: the list only shrinks)
-KNOWN_EXPERIMENTS_PATHS = {
-    "fedsel_eval/learned.py",  # #46: being removed by the front-door work (git_provenance's "experiments" pathspec)
-}
+KNOWN_EXPERIMENTS_PATHS: set = set()
 
 
 def test_the_library_reads_nothing_under_experiments():
