@@ -106,8 +106,11 @@ def test_set_distill_trains_through_train_agent_on_a_tiny_budget(tmp_path):
 
 
 def test_a_run_killed_mid_generation_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path):
-    """SIGKILL (no clean-up of any kind) while a generation plays; ``--resume`` gives the same set_es.json and log."""
-    args = ["--algo", "set_es", "--env", "Churn", "--hyperparams", "generations=4", *ES_TINY[1:], *QUIET]
+    """SIGKILL (no clean-up of any kind) while a generation plays; ``--resume`` gives the same set_es.json and log.
+    On a user's scenario file (issue #46's done-when: ``--env my_federation.yaml``, objective time_to_target)."""
+    yaml_file = str(ROOT / "examples" / "my_federation.yaml")
+    assert yaml.safe_load(Path(yaml_file).read_text())["objective"] == "time_to_target"
+    args = ["--algo", "set_es", "--env", yaml_file, "--hyperparams", "generations=4", *ES_TINY[1:], *QUIET]
     whole = train_agent.main([*args, "--runs-dir", str(tmp_path / "whole")])
     cut = tmp_path / "cut" / whole.name
     proc = subprocess.Popen([sys.executable, str(ROOT / "train_agent.py"), *args, "--runs-dir", str(tmp_path / "cut")],
