@@ -212,8 +212,12 @@ def _forward_inputs(request: object):
         ids = np.asarray(list(request.clients), dtype=np.int64)
         if ids.size == 0:
             return None
-        rows = t.client_rows(ids)
-        x, y = t.x[rows], t.y[rows]
+        span = t.client_span(ids)  # consecutive clients: a view of their rows, not a copy
+        if span is not None:
+            x, y = t.x[span[0]:span[1]], t.y[span[0]:span[1]]
+        else:
+            rows = t.client_rows(ids)
+            x, y = t.x[rows], t.y[rows]
     else:
         x, y = request.x, request.y
     if x.shape[0] == 0:

@@ -142,7 +142,11 @@ def _sgd_step(ps: List[torch.Tensor], bufs: List[torch.Tensor], anchors: Optiona
         grads = list(bufs)
     if keep is not None:
         grads = [gr * keep.view(-1, *([1] * (gr.dim() - 1))).to(gr.dtype) for gr in grads]
-    torch._foreach_sub_(ps, torch._foreach_mul(grads, lr))  # p −= η · g
+    if bufs and keep is None:  # the gradients are the momentum buffers: scaled into new tensors
+        torch._foreach_sub_(ps, torch._foreach_mul(grads, lr))  # p −= η · g
+    else:  # fresh gradients: scaled in place (the same products, without allocating (n, P) floats a step)
+        torch._foreach_mul_(grads, lr)
+        torch._foreach_sub_(ps, grads)  # p −= η · g
 
 
 def train_fused(params: Dict[str, torch.Tensor], net: FusedNet, x_train: torch.Tensor, y_train: torch.Tensor,

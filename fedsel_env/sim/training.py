@@ -257,22 +257,30 @@ class BatchedTrainer:
     # ------------------------------------------------------------- evaluation
     @torch.no_grad()
     def per_sample_losses(self, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
-                          rows_per_pass: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy and correctness (1/0) of one model on every row of ``x``.
+                          rows_per_pass: Optional[int] = None,
+                          rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Cross-entropy and correctness (1/0) of one model on every row of ``x`` (or on rows ``x[rows]``).
 
         Rows go through in passes of about 2M input values (at least 1,024 rows): few Python-level
         calls for small inputs (Synthetic's 60 features: 35k rows a pass), bounded activations for images.
+        Given ``rows`` (an index tensor), each pass gathers its own rows: the values of ``x[rows]``'s passes
+        without a copy of every row at once (issue #43: 188 MB for Fashion-MNIST's whole federation).
         """
         if rows_per_pass is None:
             rows_per_pass = self.rows_per_pass(x)
         params = self.layout.unflatten(flat)
         losses, correct = [], []
-        for s in range(0, x.shape[0], rows_per_pass):
-            xs = x[s:s + rows_per_pass]
+        count = x.shape[0] if rows is None else rows.shape[0]
+        for s in range(0, count, rows_per_pass):
+            if rows is None:
+                xs, ys = x[s:s + rows_per_pass], y[s:s + rows_per_pass]
+            else:  # gathered a pass at a time: the same rows as x[rows] sliced, without copying all of them
+                pick = rows[s:s + rows_per_pass]
+                xs, ys = x[pick], y[pick]
             # a ReLU MLP's forward with its own ops (the same values, without functional_call's overhead)
             logits = fused_forward(self.net, params, xs) if self.net is not None else \
                 functional_call(self.model, params, (xs,))
-            loss, right = cross_entropy_and_correct(logits, y[s:s + rows_per_pass])
+            loss, right = cross_entropy_and_correct(logits, ys)
             losses.append(loss)
             correct.append(right)
         if not losses:
@@ -289,14 +297,25 @@ class BatchedTrainer:
         client_ids = np.asarray(list(client_ids), dtype=np.int64)
         if client_ids.size == 0:
             return np.zeros(0), np.zeros(0)
-        rows_t = self.client_rows(client_ids)
-        l, _ = self.per_sample_losses(flat, self.x[rows_t], self.y[rows_t])
+        span = self.client_span(client_ids)
+        if span is not None:  # consecutive clients (the profiling round's all): their rows are a view
+            l, _ = self.per_sample_losses(flat, self.x[span[0]:span[1]], self.y[span[0]:span[1]])
+        else:
+            l, _ = self.per_sample_losses(flat, self.x, self.y, rows=self.client_rows(client_ids))
         return self.client_loss_summary(l, client_ids)
 
     def client_rows(self, client_ids: np.ndarray) -> torch.Tensor:
         """The training rows of the listed clients, client after client (on the device)."""
         rows = np.concatenate([np.arange(self.offsets[c], self.offsets[c + 1]) for c in client_ids])
         return torch.from_numpy(rows).to(self.device)
+
+    def client_span(self, client_ids: np.ndarray) -> Optional[Tuple[int, int]]:
+        """(first, end) of the listed clients' training rows when they are consecutive clients in order (their
+        :meth:`client_rows` are then one range); ``None`` otherwise."""
+        ids = np.asarray(client_ids, dtype=np.int64)
+        if ids.size == 0 or not np.array_equal(ids, np.arange(ids[0], ids[0] + ids.size)):
+            return None
+        return int(self.offsets[ids[0]]), int(self.offsets[ids[-1] + 1])
 
     def client_loss_summary(self, per_sample: torch.Tensor, client_ids: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """F_k and the rms loss of each listed client from the per-sample losses of its :meth:`client_rows`."""
