@@ -96,3 +96,36 @@ def test_model_parameter_counts():
         make_model("favor_cnn", (1, 8, 8), 10)
     with pytest.raises(ValueError, match="unknown model"):
         make_model("resnet", (1, 8, 8), 10)
+
+
+@pytest.mark.parametrize("model_name", ["mlp", "logreg"])
+def test_loss_pass_without_copying_every_row_equals_the_gathered_pass(model_name):
+    """Issue #43: F_k and the rms loss come from a view of consecutive clients' rows (the profiling round's all)
+    or from rows gathered a pass at a time — bit for bit what one copy of every listed client's rows gave, over
+    several passes (2,674 rows a pass of 28 × 28 inputs) with a short last one, and the stored training data stay as they were."""
+    sizes = [1500, 5, 1800, 1, 1400]
+    model, x, y, offsets = _setup(model_name, (1, 28, 28), sizes, seed=3)
+    trainer = BatchedTrainer(model, x, y, offsets, batch_size=4, lr=0.05)
+    assert trainer.rows_per_pass(x) < sum(sizes)  # several passes
+    w = trainer.layout.flatten(init_params(model, torch.Generator().manual_seed(2)))
+    x_before, y_before = x.clone(), y.clone()
+
+    def gathered(ids):  # the loss pass as it was: one copy of all the listed clients' rows
+        rows = trainer.client_rows(np.asarray(ids))
+        loss, _ = trainer.per_sample_losses(w, x[rows], y[rows])
+        return trainer.client_loss_summary(loss, np.asarray(ids))
+
+    for ids in ([0, 1, 2, 3, 4], [1, 2, 3], [4, 0, 2], [2, 0], [3], [2, 2]):
+        span = trainer.client_span(np.asarray(ids))
+        assert (span is not None) == (ids in ([0, 1, 2, 3, 4], [1, 2, 3], [3]))
+        mean, rms = trainer.client_losses(w, ids)
+        want_mean, want_rms = gathered(ids)
+        np.testing.assert_array_equal(mean, want_mean)
+        np.testing.assert_array_equal(rms, want_rms)
+    rows = trainer.client_rows(np.array([4, 0, 2]))
+    for per_pass in (7, 1024, 9000):  # a pass at a time against the slices of one gathered copy
+        got = trainer.per_sample_losses(w, x, y, rows_per_pass=per_pass, rows=rows)
+        want = trainer.per_sample_losses(w, x[rows], y[rows], rows_per_pass=per_pass)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    assert torch.equal(x, x_before) and torch.equal(y, y_before)
