@@ -35,7 +35,9 @@ floor is a little high there), and projects in float32 (the env projects in floa
 Printed per scenario, in one run (the ratios are the figures; the load is printed with each row): FLOPs a
 round, the floor's rounds/s at E = 1, 16, 64 (``--sizes``), the env's rounds/s (``bench/bench_scale.py``'s
 ``single_rate`` and ``batched_rate``: random ``topk`` scores, resets included) single and batched, and
-env / floor. ``--profile STEPS`` adds ``bench/vector_env.py``'s profile of STEPS vector steps at the largest E.
+env / floor. Each floor is measured just before and just after the env at the same E and the faster kept, so a
+ratio compares figures taken minutes apart at most; the env at E is skipped (nan) where E sub-envs' data would
+take more than half the available memory (``MEMORY_SHARE``). ``--profile STEPS`` adds ``bench/vector_env.py``'s profile of STEPS vector steps at the largest E.
 A benchmark, not a test: figures go to docs/PERFORMANCE.md.
 """
 from __future__ import annotations
