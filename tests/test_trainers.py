@@ -52,6 +52,25 @@ def test_settings_come_from_configs_keyed_by_scenario_with_overrides_over_them()
     assert q.queries == 10                                  # set_es_q asks min(2K, N) = 2 × 5 clients by default
 
 
+def test_a_scenarios_own_config_entry_overrides_its_ids_config_and_env_kwargs_override_both(tmp_path):
+    """configs/pc_dqn.yml's QuantitySkew entry pins FAVOR's reward (the leaderboard's rows were trained on it): its
+    env_kwargs win over the id's registered config (the objective reward), as gym.make(id, **env_kwargs) does in
+    rl-zoo3; --env-kwargs win over both; a scenario without its own entry keeps the id's reward."""
+    from agents.training import cli
+    from agents.training.settings import prepare
+
+    def env_config(*argv):
+        return prepare(cli.parse_args(["--algo", "pc_dqn", *argv, "--runs-dir", str(tmp_path)]))["env_config"]
+
+    cfg = env_config("--env", "fedsel/Bench-QuantitySkew-v0")
+    assert (cfg["reward"], cfg["reward_params"], cfg["pca_components"]) == ("favor", {}, 100)
+    cfg = env_config("--env", "QuantitySkew", "--env-kwargs", "reward=objective",
+                     "reward_params={objective: rounds_to_target}")
+    assert (cfg["reward"], cfg["reward_params"]) == ("objective", {"objective": "rounds_to_target"})
+    cfg = env_config("--env", "NoisyLabels")                 # no entry of its own in configs/pc_dqn.yml
+    assert (cfg["reward"], cfg["reward_params"]) == ("objective", {"objective": "rounds_to_target"})
+
+
 def test_unknown_trainers_and_typos_are_refused_naming_what_exists(tmp_path):
     with pytest.raises(ValueError, match=r"unknown --algo 'set_ess' \(did you mean 'set_es'\?\); registered "
                                          r"trainers: \[.*'set_distill_cover', 'set_es', 'set_es_q'\]"):

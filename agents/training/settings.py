@@ -9,7 +9,7 @@ entry names. ``train_agent.py`` and the experiments' training (``experiments/com
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from fedsel_env.config import env_id, resolve_env
 from fedsel_env.sim.device import resolve_device
@@ -30,6 +30,16 @@ def _scenario_id(env: str) -> list:
     return [SCENARIOS[name].env_id] if isinstance(name, str) and name in SCENARIOS else []
 
 
+def _has_entry(algo: str, key: str, conf_file: Optional[str]) -> bool:
+    """Whether the algorithm's hyper-parameter file (``configs/<algo>.yml`` or ``--conf-file``) has an entry ``key``."""
+    from .hyperparams import CONFIG_DIR, read_yaml
+
+    if conf_file is None and ":" in algo:
+        return False
+    table = read_yaml(Path(conf_file) if conf_file else CONFIG_DIR / f"{algo}.yml", "hyper-parameter file") or {}
+    return isinstance(table, dict) and key in table
+
+
 def prepare(args: Args) -> Dict[str, Any]:
     """Check every argument and work out the run's settings before anything is built (fails fast)."""
     check_algo(args.algo)
@@ -38,8 +48,14 @@ def prepare(args: Args) -> Dict[str, Any]:
         args, env_config, hp = resumed_settings(args)
     else:
         preset, overrides = resolve_env(args.env)  # 2. the env: preset / env id / YAML file
-        keys = [*_scenario_id(args.env), env_id(preset)]  # a bench scenario's own entry first (its budget), rl-zoo3 style
+        own = _scenario_id(args.env)
+        keys = [*own, env_id(preset)]  # a bench scenario's own entry first (its budget), rl-zoo3 style
         hp = load_hyperparams(args.algo, keys, args.hyperparams, args.conf_file)  # 3. hyper-parameters
+        if own and _has_entry(args.algo, own[0], args.conf_file):
+            # the scenario's own entry in configs/<algo>.yml is more specific than the id's registered config: its
+            # env_kwargs override the id's, as gym.make(id, **env_kwargs) does in rl-zoo3 (e.g. FAVOR's reward for
+            # the leaderboard's SB3 rows trained before the Bench ids took the objective); --env-kwargs override both
+            overrides.update(hp.get("env_kwargs") or {})
         overrides.update(parse_key_values(args.env_kwargs, "env-kwargs"))
         if args.device is not None:  # --device: the simulator's device, and the learner's below
             overrides["device"] = args.device
