@@ -16,6 +16,7 @@ switched off, and then every Ray server listens on 127.0.0.1 alone. A real clust
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -41,6 +42,12 @@ ray = pytest.importorskip("ray", reason="the optional extra 'ray' is not install
 
 from agents.training.ray_map import RayMapper, is_lost  # noqa: E402
 from agents.training.set_es import ESEpisode, play_episode  # noqa: E402
+
+# the killing map's task wrapper (_pause_then) travels to the Ray workers by value: this test module is not importable
+# there (tests/ is no package on their path)
+import ray.cloudpickle  # noqa: E402
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 pytestmark = pytest.mark.ray_cluster
 
@@ -153,6 +160,9 @@ class KillingMapper(RayMapper):
         done = threading.Event()
         killer = threading.Thread(target=self._kill_when_busy, args=(done,), daemon=True)
         if self.calls == self.kill_at:
+            # every task of this map first waits PAUSE_S (its result unchanged), so the killer finds the worker node
+            # busy however fast an episode plays (a 3-round episode on an idle machine ends between two polls)
+            fn = functools.partial(_pause_then, fn)
             killer.start()
         try:
             out = super().map(fn, items)
@@ -175,6 +185,16 @@ class KillingMapper(RayMapper):
                     self.killed_busy = True
                     return
             time.sleep(0.01)
+
+
+#: the seconds each task of the killing map waits before it plays its episode
+PAUSE_S = 1.0
+
+
+def _pause_then(fn, item):
+    """``fn(item)`` after :data:`PAUSE_S` seconds (in a Ray worker: this module is pickled by value below)."""
+    time.sleep(PAUSE_S)
+    return fn(item)
 
 
 def _run(folder: Path) -> Dict[str, Any]:
