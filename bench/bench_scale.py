@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -94,26 +92,13 @@ def batched_rate(cfg: Dict[str, Any], e: int, seconds: float) -> tuple:
         envs.close()
 
 
-TRAIN_RUN = """
-import sys, time, tempfile
-sys.path.insert(0, '.')
-import importlib.util
-spec = importlib.util.spec_from_file_location('train_agent', 'train_agent.py')
-ta = importlib.util.module_from_spec(spec); sys.modules['train_agent'] = ta; spec.loader.exec_module(ta)
-argv = sys.argv[1:] + ['--runs-dir', tempfile.mkdtemp(), '--eval-freq', '0', '--save-freq', '0',
-                       '--no-progress-bar', '--verbose', '0']
-t = time.perf_counter(); ta.main(argv); print('SECONDS', time.perf_counter() - t)
-"""
-
-
 def train_rate(algo: str, env_id: str, steps: int, n_envs: int, device: str, extra: List[str]) -> float:
     """Training steps per second of ``train_agent.py --algo algo`` (a subprocess; the whole run's wall time)."""
     argv = ["--algo", algo, "--env", env_id, "-n", str(steps), "--n-envs", str(n_envs), "--vec-env", "batched",
             "--device", device, *extra]
-    out = subprocess.run([sys.executable, "-c", TRAIN_RUN, *argv], cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"train_agent.py {' '.join(argv)} failed:\n{out.stderr[-3000:]}")
-    return steps / float(out.stdout.strip().split("SECONDS")[-1])
+    from bench.vector_env import train_seconds  # train_agent.py in a subprocess, timed (one runner for both)
+
+    return steps / train_seconds(str(ROOT), argv)
 
 
 def main() -> None:

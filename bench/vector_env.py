@@ -96,11 +96,16 @@ def train_rate(root: str, algo: str, mode: str, steps: int, n_envs: int, vec_env
             "--n-envs", str(n_envs)] + (["--vec-env", vec_env] if vec_env else [])
     if algo == "dqn":
         argv += ["--hyperparams", "learning_starts=200"]
+    return steps / train_seconds(root, argv)
+
+
+def train_seconds(root: str, argv: list) -> float:
+    """Wall seconds of ``train_agent.py argv`` run in checkout ``root`` as a subprocess (:data:`TRAIN_RUN`: no
+    evaluation, checkpoints or progress bar; imports excluded)."""
     out = subprocess.run([sys.executable, "-c", TRAIN_RUN, *argv], cwd=root, capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"train_agent.py in {root} failed: {out.stderr[-2000:]}")
-    seconds = float(out.stdout.strip().split("SECONDS")[-1])
-    return steps / seconds
+        raise RuntimeError(f"train_agent.py {' '.join(argv)} in {root} failed:\n{out.stderr[-3000:]}")
+    return float(out.stdout.strip().split("SECONDS")[-1])
 
 
 def train_table(args: argparse.Namespace) -> None:

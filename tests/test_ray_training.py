@@ -16,6 +16,7 @@ switched off, and then every Ray server listens on 127.0.0.1 alone. A real clust
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -113,10 +114,8 @@ class LocalCluster:
         """SIGKILL a node's processes (all the cluster's without ``node``), as a machine that is lost."""
         for _ in range(3):  # a process may start a child while its siblings die
             for p in self.pids(node):
-                try:
+                with contextlib.suppress(ProcessLookupError):  # it ended on its own since pids() listed it
                     os.kill(p, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.2)
 
 
