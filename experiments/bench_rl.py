@@ -39,9 +39,16 @@ N_ENVS = 16
 #: design → its --algo, its hyper-parameter overrides (chosen on Stragglers' tuning seeds: docs/TRAINING.md, the
 #: quick start) and its env steps (one step = one round) per scenario, fixed before any reporting episode was played.
 #: Stragglers' pl_ppo is the README's quick start, measured by bench/quickstart.py (experiments/results/quickstart.json)
+#: ``pc_dqn`` (issue #41's DQN form: the per-client Double DQN, one client a step, on the objective reward) takes its
+#: budget and settings from its ``fedsel/Bench-<Name>-v0`` entry in configs/pc_dqn.yml (``steps`` None: 50,000 steps,
+#: 16 sub-envs, chosen before issue #41 for FAVOR's reward; untuned on the objective reward); its reward is set to the
+#: scenario's objective on the command line (the QuantitySkew entry pins FAVOR's reward for issue #29's record).
 DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo": {"algo": "pl_ppo", "hyperparams": ["learning_rate:0.001", "gamma:0.9", "n_steps:32", "n_epochs:8"],
-               "steps": {"FreeRiders": 16384, "NoisyLabels": 16384, "Churn": 16384}, "sampled": True},
+               "steps": {"FreeRiders": 16384, "NoisyLabels": 16384, "Churn": 16384, "QuantitySkew": 16384},
+               "sampled": True},
+    "pc_dqn": {"algo": "pc_dqn", "hyperparams": [], "sampled": False,
+               "steps": {n: None for n in ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew")}},
 }
 #: --smoke: pl_ppo on Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
@@ -50,6 +57,13 @@ SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_en
 
 def run_folder(out: Path, design: str, name: str, seed: int) -> Path:
     return out / design / name / f"seed{seed}"
+
+
+def config_steps(algo: str, env_id: str) -> int:
+    """The training steps of ``env_id``'s entry in configs/<algo>.yml (the budget lives there, issue #46)."""
+    import yaml
+
+    return int(yaml.safe_load((ROOT / "configs" / f"{algo}.yml").read_text())[env_id]["n_timesteps"])
 
 
 def finished(folder: Path) -> bool:
@@ -73,13 +87,15 @@ def part_train(args: argparse.Namespace) -> None:
                 folder = run_folder(args.out, design, name, seed)
                 if finished(folder):
                     continue
+                steps = args.steps or d["steps"][name] or config_steps(d["algo"], sc.env_id)
                 cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", d["algo"], "--env", sc.env_id,
-                       "--n-envs", str(args.n_envs), "--vec-env", "batched", "-n", str(args.steps or d["steps"][name]),
+                       "--n-envs", str(args.n_envs), "--vec-env", "batched", "-n", str(steps),
                        "--seed", str(seed), "--runs-dir", str(folder.parent), "--name", folder.name,
                        "--no-progress-bar", "--eval-freq", "0", *(["--hyperparams", *d["hyperparams"]] if d["hyperparams"]
                                                                    else []), "--env-kwargs",
                        f"pca_components={SelectionSpec.pca_width({**DEFAULT_CONFIG, **sc.env_config()})}",
-                       "federation_seed=null", *[f"{k}={json.dumps(v)}" for k, v in args.overrides.items()]]
+                       "federation_seed=null", *[f"{k}={json.dumps(v)}" for k, v in
+                                                 {**sc.reward_config(), **args.overrides}.items()]]
                 if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
                     cmd = cmd[:2] + ["--runs-dir", str(folder.parent), "--name", folder.name, "--resume"]
                 print(" ".join(cmd[1:]), flush=True)
