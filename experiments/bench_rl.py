@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, normalised_score, scenario  # noqa: E402
-from fedsel_eval import markdown, records  # noqa: E402
+from fedsel_eval import markdown, records, rl_curves  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
 from fedsel_eval.stats import holm, t_interval  # noqa: E402
 
@@ -50,7 +50,7 @@ DESIGNS: Dict[str, Dict[str, Any]] = {
     "pc_dqn": {"algo": "pc_dqn", "hyperparams": [], "sampled": False,
                "steps": {n: None for n in ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew")}},
 }
-#: --smoke: pl_ppo on Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
+#: --smoke: every design on Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
          "seeds": [9000, 9001]}
 
@@ -181,6 +181,14 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
                 e[f"p_vs_{tag}"] = t_interval(per_seed).p  # the t-test of the per-seed means
             entries.append(e)
+        for design, d in DESIGNS.items():  # the training episodes' curves (fedsel_eval.rl_curves), in env rounds
+            per_round = 1.0 / sc.config["clients_per_round"] if d["algo"] == "pc_dqn" else 1.0
+            for t in args.train_seeds:
+                folder = run_folder(args.out, design, name, t)
+                if design in {e["design"] for e in entries if e["scenario"] == name} and finished(folder):
+                    for row in rl_curves.curve_rows(folder, per_round, sc.lower_is_better, scenario=name,
+                                                    design=design, training_seed=t):
+                        rec.add_row(chunk, **row)
     # Holm over every comparison in the record (each design x scenario, against random and the best heuristic)
     family = [(i, tag) for i in range(len(entries)) for tag in ("random", "best_heuristic")]
     adjusted = holm([entries[i][f"p_vs_{tag}"] for i, tag in family])
@@ -194,6 +202,53 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                 for e in entries]
     rec.notes["holm_family"] = [f"{entries[i]['scenario']}: {entries[i]['policy']} vs {tag}" for i, tag in family]
     return rec
+
+
+LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"
+CURVES_PNG = ROOT / "docs" / "img" / "bench_rl_curves.png"
+
+
+def references(rec: records.Record) -> Dict[str, Dict[str, Optional[float]]]:
+    """Per scenario, the reference levels of the learning curves on the reporting seeds: random and the best
+    heuristic (this record), ``set_es`` (issue #29's record, where it was trained) and the oracle (the reference)."""
+    import numpy as np
+
+    ref = reference_rows()
+    learned = json.loads(LEARNED.read_text())["rows"] if LEARNED.is_file() else []
+    out: Dict[str, Dict[str, Optional[float]]] = {}
+    for e in rec.notes["leaderboard"]:
+        def mean(rows: Sequence[Dict[str, Any]], policy: str) -> Optional[float]:
+            v = [r["value"] for r in rows if r.get("scenario") == e["scenario"] and r.get("policy") == policy
+                 and r.get("seed") in REPORTING_SEEDS and r.get("role") not in ("larger_n", "confirm", "curve")]
+            return float(np.mean(v)) if v else None
+
+        out[e["scenario"]] = {"random": mean(rec.rows, "random"),
+                              f"{e['best_heuristic']} (best heuristic)": mean(rec.rows, e["best_heuristic"]),
+                              "set_es": mean(learned, "set_es"), "oracle (lookahead)": mean(ref, "lookahead")}
+    return out
+
+
+def plot(rec: records.Record, path: Path = CURVES_PNG) -> Optional[Path]:
+    curves = [r for r in rec.rows if r.get("role") == "curve"]
+    if not curves:
+        return None
+    objectives = {e["scenario"]: (e["objective"], e["lower_is_better"]) for e in rec.notes["leaderboard"]}
+    return rl_curves.plot_curves(curves, references(rec), objectives, path)
+
+
+def normalised_means(rec: records.Record) -> str:
+    """Each deployed design's mean normalised score over the scenarios it was measured on, beside the best
+    heuristic's on the same scenarios (issue #41's goal compares it with kcenter_cover's +0.65 over all 8)."""
+    import numpy as np
+
+    lines = []
+    for design in sorted({e["policy"] for e in rec.notes["leaderboard"]}):
+        es = [e for e in rec.notes["leaderboard"] if e["policy"] == design and e["normalised"] is not None]
+        if es:
+            lines.append(f"- `{design}`: mean normalised score {np.mean([e['normalised'] for e in es]):+.2f} over "
+                         f"{len(es)} scenarios ({', '.join(e['scenario'] for e in es)}); their best heuristics' "
+                         f"{np.mean([e['best_heuristic_normalised'] for e in es]):+.2f}")
+    return "\n".join(lines)
 
 
 def table(rec: records.Record) -> str:
@@ -258,7 +313,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     if args.smoke:
         args.scenarios, args.overrides, args.steps = [SMOKE["scenario"]], SMOKE["overrides"], SMOKE["steps"]
-        args.designs = ["pl_ppo"]
+        args.designs = list(DESIGNS)
         args.n_envs, args.train_seeds, args.seeds, args.no_publish = SMOKE["n_envs"], SMOKE["train_seeds"], \
             SMOKE["seeds"], True
     if args.part in ("train", "all"):
@@ -270,8 +325,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_rl.py", *(argv or sys.argv[1:])])})
         if rec.notes["leaderboard"] and not args.no_publish:
             rec.write(RESULT)
-            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl", table(rec))
-        print(table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
+            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl", table(rec) + "\n\n" + normalised_means(rec))
+            plot(rec)
+        plot(rec, args.out / CURVES_PNG.name)
+        print(table(rec) + "\n\n" + normalised_means(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
 
 
 if __name__ == "__main__":

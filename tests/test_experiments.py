@@ -221,10 +221,16 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     rec = records.load(tmp_path / "record.json")
     assert recompute.main(["--quiet", str(tmp_path / "record.json")]) == 0
     board = rec["notes"]["leaderboard"]
-    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled"}
+    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled", "pc_dqn"}
     for e in board:
         assert e["learned"] is True and e["trainer"] == "sb3" and e["scenario"] == "Churn"
         assert len(e["delta_vs_best_heuristic_ci_across"]) == 2 and "p_holm" in e
     assert len(rec["notes"]["holm_family"]) == 2 * len(board)
     assert {r["training_seed"] for r in rec["rows"] if r["role"] == "learned"} == {0, 1}
+    # the training curves (fedsel_eval.rl_curves): PPO's training episodes in env rounds, minus the return's sign
+    curve = [r for r in rec["rows"] if r["role"] == "curve" and r["design"] == "pl_ppo"]
+    # PPO logs after each rollout of n_steps (32) x 4 sub-envs: one topk step is one round
+    assert {r["training_seed"] for r in curve} == {0, 1} and all(r["rounds"] % 128 == 0 for r in curve)
+    assert all(0.0 <= r["objective"] <= 1.0 for r in curve)  # worst-10% accuracy, higher is better: the return
+    assert (tmp_path / "bench_rl_curves.png").stat().st_size > 1000
     assert _docs_state() == before
