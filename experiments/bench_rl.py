@@ -106,6 +106,24 @@ def part_train(args: argparse.Namespace) -> None:
                 subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str, List[float]]:
+    """Per training seed, the env rounds a run played (``pc_dqn``'s one-client steps are 1/K of a round) and the
+    wall minutes of its ``train_agent.py`` call (its ``summary.yaml``; a resumed run's last call only)."""
+    import yaml
+
+    out: Dict[str, List[float]] = {"train_rounds": [], "train_minutes": []}
+    if design not in DESIGNS:
+        return out
+    per_round = 1.0 / scenario(name).config["clients_per_round"] if DESIGNS[design]["algo"] == "pc_dqn" else 1.0
+    for t in args.train_seeds:
+        summary = run_folder(args.out, design, name, t) / "summary.yaml"
+        if summary.is_file():
+            s = yaml.safe_load(summary.read_text())
+            out["train_rounds"].append(round(int(s["num_timesteps"]) * per_round, 1))
+            out["train_minutes"].append(round(float(s["train_seconds_this_call"]) / 60.0, 2))
+    return out
+
+
 def best_heuristic(name: str, ref: Sequence[Dict[str, Any]]) -> str:
     """The hand-written agent with the best mean objective in the committed reference (random and the oracle
     excluded)."""
@@ -173,7 +191,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
             e = {"scenario": name, "policy": design, "design": design, "learned": True, "trainer": "sb3",
                  "objective": sc.objective, "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": m,
                  "normalised": normalised_score(mean["random"], oracle, m),
-                 "best_heuristic_normalised": normalised_score(mean["random"], oracle, mean[best])}
+                 "best_heuristic_normalised": normalised_score(mean["random"], oracle, mean[best]),
+                 **training_cost(args, design.removesuffix("_sampled"), name)}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
                 cond = rec.summarise(f"{name}: {design} − {tag} ({other}), paired by seed", "paired_t", "value",
                                      where={**ep, "policy": design}, minus={**ep, "policy": other})
@@ -264,6 +283,10 @@ def table(rec: records.Record) -> str:
     def num(x: Optional[float], spec: str) -> str:
         return "—" if x is None else format(x, spec.replace(".1f", f".{digits}f"))
 
+    def cost(e: Dict[str, Any]) -> str:
+        mins, rounds = e.get("train_minutes") or [], e.get("train_rounds") or []
+        return (f"{min(mins):.1f}–{max(mins):.1f} min, {max(rounds):,.0f} rounds" if mins and rounds else "—")
+
     rows = []
     for e in rec.notes["leaderboard"]:
         digits = "1" if e["objective"] in ("rounds_to_target", "time_to_target") else "3"
@@ -273,10 +296,11 @@ def table(rec: records.Record) -> str:
                      f"{num(e['delta_vs_best_heuristic'], '+.1f')} {ci(e['delta_vs_best_heuristic_ci_across'])} "
                      f"({ci(e['delta_vs_best_heuristic_ci'])}) vs `{e['best_heuristic']}`",
                      num(e.get("p_holm"), ".3g"),
-                     f"{num(e['normalised'], '+.2f')} ({num(e['best_heuristic_normalised'], '+.2f')})"])
+                     f"{num(e['normalised'], '+.2f')} ({num(e['best_heuristic_normalised'], '+.2f')})",
+                     cost(e)])
     return markdown.table(["scenario", "design", "mean", "Δ vs random, across seeds (conditional)",
                            "Δ vs best heuristic, across seeds (conditional)", "p_holm",
-                           "normalised (best heuristic's)"], rows, align="llrllrr").rstrip("\n")
+                           "normalised (best heuristic's)", "training per seed"], rows, align="llrllrrr").rstrip("\n")
 
 
 def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.json") -> str:
