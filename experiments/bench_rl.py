@@ -43,14 +43,16 @@ N_ENVS = 16
 #: (experiments/results/quickstart.json). The FreeRiders, NoisyLabels and Churn runs of the record passed those
 #: settings as --hyperparams (learning_rate:0.001 gamma:0.9 n_steps:32 n_epochs:8): the same values.
 #: ``pc_dqn`` (issue #41's DQN form: the per-client Double DQN, one client a step, on the objective reward) takes its
-#: budget and settings from its ``fedsel/Bench-<Name>-v0`` entry in configs/pc_dqn.yml (``steps`` None: 50,000 steps,
+#: budget and settings from its ``fedsel/Bench-<Name>-v0`` entry in configs/pc_dqn.yml (50,000 steps,
 #: 16 sub-envs, chosen before issue #41 for FAVOR's reward; untuned on the objective reward); its reward is set to the
 #: scenario's objective on the command line (the QuantitySkew entry pins FAVOR's reward for issue #29's record).
 DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo": {"algo": "pl_ppo", "hyperparams": [], "sampled": True,
-               "steps": {n: None for n in ("FreeRiders", "NoisyLabels", "Churn", "QuantitySkew")}},
+               "scenarios": ("FreeRiders", "NoisyLabels", "Churn", "QuantitySkew", "Large", "PowerOfChoice",
+                             "FMNISTControl")},
     "pc_dqn": {"algo": "pc_dqn", "hyperparams": [], "sampled": False,
-               "steps": {n: None for n in ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew")}},
+               "scenarios": ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew", "Large",
+                             "PowerOfChoice", "FMNISTControl")},
 }
 #: --smoke: every design on Churn at 3 rounds, 64 steps of 4 sub-envs, 2 training seeds, 2 reporting seeds; publishes nothing
 SMOKE = {"scenario": "Churn", "overrides": {"max_rounds": 3}, "steps": 64, "n_envs": 4, "train_seeds": [0, 1],
@@ -85,13 +87,13 @@ def part_train(args: argparse.Namespace) -> None:
 
     for design in args.designs:
         d = DESIGNS[design]
-        for name in [n for n in args.scenarios if n in d["steps"] or args.smoke]:
+        for name in [n for n in args.scenarios if n in d["scenarios"] or args.smoke]:
             sc = scenario(name)
             for seed in args.train_seeds:
                 folder = run_folder(args.out, design, name, seed)
                 if finished(folder):
                     continue
-                steps = args.steps or d["steps"][name] or config_steps(d["algo"], sc.env_id)
+                steps = args.steps or config_steps(d["algo"], sc.env_id)
                 cmd = [sys.executable, str(ROOT / "train_agent.py"), "--algo", d["algo"], "--env", sc.env_id,
                        "--n-envs", str(args.n_envs), "--vec-env", "batched", "-n", str(steps),
                        "--seed", str(seed), "--runs-dir", str(folder.parent), "--name", folder.name,
@@ -142,7 +144,7 @@ def policies(args: argparse.Namespace, name: str) -> List[str]:
     out = []
     for design, d in DESIGNS.items():
         runs = [run_folder(args.out, design, name, t) for t in args.train_seeds]
-        if (name in d["steps"] or args.smoke) and all(finished(f) for f in runs):
+        if (name in d["scenarios"] or args.smoke) and all(finished(f) for f in runs):
             for t, f in zip(args.train_seeds, runs):
                 out.append(f"{design}_s{t}={f}")
                 if d["sampled"]:  # a Plackett-Luce model also as the stochastic policy it was trained as
@@ -331,7 +333,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args = p.parse_args(argv)
     args.designs = [d for d in args.designs.split(",") if d]
     args.scenarios = [scenario(s).name for s in args.scenarios.split(",")] if args.scenarios else \
-        sorted({n for d in DESIGNS.values() for n in d["steps"]})
+        sorted({n for d in DESIGNS.values() for n in d["scenarios"]})
     args.seeds, args.overrides, args.steps, args.n_envs = list(REPORTING_SEEDS), {}, None, N_ENVS
     if args.part == "learned_holm":
         text = learned_holm()
