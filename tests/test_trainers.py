@@ -124,7 +124,7 @@ def test_set_distill_trains_through_train_agent_on_a_tiny_budget(tmp_path):
     assert parse_policy(str(run)).source == "set_distill"
 
 
-def test_a_run_killed_mid_generation_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path):
+def test_a_run_killed_mid_generation_resumes_to_the_uninterrupted_run_bit_for_bit(tmp_path, monkeypatch):
     """SIGKILL (no clean-up of any kind) while a generation plays; ``--resume`` gives the same set_es.json and log.
     On a user's scenario file (issue #46's done-when: ``--env my_federation.yaml``, objective time_to_target)."""
     yaml_file = str(ROOT / "examples" / "my_federation.yaml")
@@ -132,8 +132,14 @@ def test_a_run_killed_mid_generation_resumes_to_the_uninterrupted_run_bit_for_bi
     args = ["--algo", "set_es", "--env", yaml_file, "--hyperparams", "generations=4", *ES_TINY[1:], *QUIET]
     whole = train_agent.main([*args, "--runs-dir", str(tmp_path / "whole")])
     cut = tmp_path / "cut" / whole.name
-    proc = subprocess.Popen([sys.executable, str(ROOT / "train_agent.py"), *args, "--runs-dir", str(tmp_path / "cut")],
-                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    # the cut run names its scenario file by a path relative to its own directory, which the resume is not in, and
+    # the file is gone before the resume: the run's copy (scenario/my_federation.yaml) is what the resume reads
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "my_federation.yaml").write_bytes(Path(yaml_file).read_bytes())
+    rel = [a if a != yaml_file else "my_federation.yaml" for a in args]
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train_agent.py"), *rel, "--runs-dir", str(tmp_path / "cut")],
+                            cwd=src, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         while proc.poll() is None and not ((cut / "progress.jsonl").is_file()
                                            and (cut / "progress.jsonl").read_text().count("\n") >= 1):
@@ -143,9 +149,16 @@ def test_a_run_killed_mid_generation_resumes_to_the_uninterrupted_run_bit_for_bi
         proc.wait()
     done = len(_progress(cut))
     assert done < 4 or proc.returncode == 0                  # killed part-way (or, on a fast machine, finished)
+    assert (cut / "scenario" / "my_federation.yaml").read_bytes() == Path(yaml_file).read_bytes()
+    (src / "my_federation.yaml").unlink()
     train_agent.main(["--name", whole.name, "--runs-dir", str(tmp_path / "cut"), "--resume", *QUIET])
     assert (cut / "set_es.json").read_bytes() == (whole / "set_es.json").read_bytes()
     assert _progress(cut) == _progress(whole)
+    # the file back where the run's settings name it, but edited: a resume refuses it, naming the run's copy
+    monkeypatch.chdir(src)
+    (src / "my_federation.yaml").write_text(Path(yaml_file).read_text() + "\nclients_per_round: 5\n")
+    with pytest.raises(ValueError, match="has changed since the run started.*cp .*scenario/my_federation.yaml"):
+        train_agent.main(["--name", whole.name, "--runs-dir", str(tmp_path / "cut"), "--resume", *QUIET])
 
 
 def test_a_new_trainer_is_one_registration_and_trains_through_train_agent(tmp_path):

@@ -175,11 +175,25 @@ def jsonable(x: Any) -> Any:
     return plain(x, finite=True)
 
 
+def scenario_key(scenario: Any) -> Any:
+    """How a run's config names its scenario: a registered name or id as given; a YAML scenario file by its file
+    name and the sha256 of its bytes, not its path (a resume from another directory, or from the run's own copy of
+    the file, is the same run; an edited file is another)."""
+    import hashlib
+
+    if isinstance(scenario, str) and scenario.endswith((".yml", ".yaml")) and Path(scenario).is_file():
+        return f"{Path(scenario).name} sha256:{hashlib.sha256(Path(scenario).read_bytes()).hexdigest()[:16]}"
+    return scenario
+
+
 def pin_run_config(folder: Path, conf: Mapping[str, Any], what: str) -> None:
     """Write ``conf`` as ``folder/config.json``, or refuse when the folder already holds a run of another config
-    (a resume must use the same settings); ``what`` names the run's kind in the error."""
+    (a resume must use the same settings); ``what`` names the run's kind in the error. Its ``scenario`` is
+    pinned as :func:`scenario_key` names it."""
     import json
 
+    if "scenario" in conf:
+        conf = {**conf, "scenario": scenario_key(conf["scenario"])}
     path = Path(folder) / "config.json"
     text = json.dumps(conf, sort_keys=True, indent=1, default=list)
     if path.is_file() and json.loads(path.read_text()) != json.loads(text):

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 from fedsel_env.config import read_yaml
 
 from .algorithms import algorithm_class, is_off_policy
-from .atomic import atomic_write_yaml
+from .atomic import atomic_write_bytes, atomic_write_yaml
 
 CKPT_PREFIX = "ckpt"
 #: The flags of a ``--resume`` call that replace the run's saved ones (they change no result).
@@ -55,7 +55,24 @@ def resumed_settings(args: Any) -> Tuple[Any, Dict[str, Any], Dict[str, Any]]:
     if args.n_timesteps is not None:  # a longer (or shorter) run may be asked for when resuming
         keep["n_timesteps"] = args.n_timesteps
     args = dataclasses.replace(args, **{**old, **keep})
+    copy = scenario_copy(run_dir, args.env)
+    if copy is not None and copy.is_file():
+        if not Path(args.env).is_file():  # called from another directory, or the file is gone: the run's copy
+            args = dataclasses.replace(args, env=str(copy))
+        elif Path(args.env).read_bytes() != copy.read_bytes():
+            raise ValueError(f"--resume: the run's scenario file {args.env} has changed since the run started, "
+                             f"which would change the run; the run kept a copy: put it back (cp {copy} {args.env}), "
+                             f"or train the new file under another --name")
     return args, _settings(run_dir / "env_config.yaml"), _settings(run_dir / "hyperparams.yaml")
+
+
+def scenario_copy(run_dir: Path, env: Any) -> Optional[Path]:
+    """Where a run keeps its copy of a YAML scenario / env file (``scenario/<file name>``: the same file name, so
+    the scenario keeps its default name), which a ``--resume`` checks the file against, or reads when the file is
+    not where the run's settings name it; None for a preset or an env id."""
+    if not isinstance(env, str) or not env.endswith((".yml", ".yaml")):
+        return None
+    return Path(run_dir) / "scenario" / Path(env).name
 
 
 def _settings(path: Path) -> Dict[str, Any]:
@@ -68,7 +85,13 @@ def _settings(path: Path) -> Dict[str, Any]:
 
 
 def save_settings(run_dir: Path, args: Any, env_config: Mapping[str, Any], hp: Mapping[str, Any]) -> None:
-    """Write the run's settings (read back by ``--resume``); ``args.yaml`` last, as it marks the run as started."""
+    """Write the run's settings (read back by ``--resume``); ``args.yaml`` last, as it marks the run as started.
+    A YAML scenario or env file is copied into the run (:func:`scenario_copy`): a resume from another directory, or
+    after the file was moved, reads the copy; one edited since is refused."""
+    copy = scenario_copy(run_dir, args.env)
+    if copy is not None and Path(args.env).is_file():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(copy, Path(args.env).read_bytes())
     atomic_write_yaml(run_dir / "env_config.yaml", env_config)
     atomic_write_yaml(run_dir / "hyperparams.yaml", hp)
     atomic_write_yaml(run_dir / "args.yaml", vars(args))
