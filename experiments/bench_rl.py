@@ -6,10 +6,15 @@ new federation every episode (training seeds disjoint from every bench seed), th
 model deploys on it unchanged. Then every training seed's model plays the 30 reporting seeds beside random and the
 scenario's best heuristic (from the committed reference), deployed two ways: ``<design>`` — the K largest logits
 (``agents/deploy.py``'s ``per_client``), and ``<design>_sampled`` — the stochastic policy it was trained as
-(``per_client:...,sample=true``). The record (``experiments/results/bench_rl.json``) holds every episode; its
+(``per_client:...,sample=true``; Plackett-Luce designs only). The designs: ``pl_ppo`` (PPO with the Plackett-Luce
+K-of-N policy) and ``pc_dqn`` (the per-client Double DQN, one client a step, deployed as its K highest Q-values),
+each with its budget and settings in ``configs/<algo>.yml``. The record (``experiments/results/bench_rl.json``)
+holds every episode and the training curves (``rollout/ep_rew_mean`` in env rounds: ``fedsel_eval.rl_curves``,
+drawn against random, the best heuristic, ``set_es`` and the oracle in docs/img/bench_rl_curves.png); its
 leaderboard gives, per scenario and deployed design, the paired difference against random and the best heuristic
 with the 95% CI across training seeds (the method's CI, ``paired_t_across``) as the headline, the conditional CI
-beside it, and a Holm correction over every comparison in the record.
+beside it, a Holm correction over every comparison in the record, the normalised score and each seed's training
+rounds and minutes.
 
     .venv/bin/python experiments/bench_rl.py --part train --scenarios Stragglers
     .venv/bin/python experiments/bench_rl.py --part eval --scenarios Stragglers
