@@ -216,7 +216,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
             for t in args.train_seeds:
                 folder = run_folder(args.out, design, name, t)
                 if design in {e["design"] for e in entries if e["scenario"] == name} and finished(folder):
-                    for row in rl_curves.curve_rows(folder, per_round, sc.lower_is_better, scenario=name,
+                    scale = per_round if sc.objective == "rounds_to_target" else 1.0  # one mode: −1 a pick
+                    for row in rl_curves.curve_rows(folder, per_round, sc.lower_is_better, scale, scenario=name,
                                                     design=design, training_seed=t):
                         rec.add_row(chunk, **row)
     # Holm over every comparison in the record (each design x scenario, against random and the best heuristic)

@@ -4,7 +4,8 @@ An SB3 run folder (``train_agent.py``'s: ``tb/<ALGO>_1/events.*``) logs ``rollou
 the last 100 training episodes. On a ``fedsel/Bench-*`` id with the objective reward (``reward: objective``) an
 episode's return *is* its score (minus the objective when lower is better), so the curve reads in the objective's
 units: :func:`read_curve` turns it into (env rounds, objective) points. A step is one round for the ``topk``
-designs (``pl_ppo``) and 1/K of a round for the one-client-a-step DQN form (``pc_dqn``, ``one_mode_step: 1/K``).
+designs (``pl_ppo``) and 1/K of a round for the one-client-a-step DQN form (``pc_dqn``, ``one_mode_step: 1/K``),
+whose rounds to the target count picks (the reward is −1 a pick): K of them are a round.
 
 The points are the *training* episodes: fresh federations drawn from training seeds, played by the exploring
 policy (PPO's sampled sets, DQN's ε-greedy picks). :func:`plot_curves` draws them against reference levels measured
@@ -22,11 +23,14 @@ import numpy as np
 TAG = "rollout/ep_rew_mean"
 
 
-def read_curve(folder: Path, rounds_per_step: float, lower_is_better: bool) -> List[Tuple[float, float]]:
+def read_curve(folder: Path, rounds_per_step: float, lower_is_better: bool,
+               value_scale: float = 1.0) -> List[Tuple[float, float]]:
     """(env rounds, objective) points of a finished SB3 run folder's training episodes.
 
     :param rounds_per_step: 1 for a ``topk`` design, 1/K for the ``one`` mode.
     :param lower_is_better: the objective's direction (the return is minus the objective when True).
+    :param value_scale: what one unit of the return is in the objective's units: 1, but 1/K for rounds to the
+        target in the ``one`` mode, where the reward is −1 a step (a one-client pick) and K picks make a round.
     :raises ValueError: when the folder has no TensorBoard events or they lack :data:`TAG`, naming the folder.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -43,14 +47,15 @@ def read_curve(folder: Path, rounds_per_step: float, lower_is_better: bool) -> L
     if not points:
         raise ValueError(f"{folder}: its TensorBoard events have no {TAG} (no training episode ended)")
     sign = -1.0 if lower_is_better else 1.0
-    return [(step * rounds_per_step, sign * value) for step, value in sorted(points.items())]
+    return [(step * rounds_per_step, sign * value * value_scale) for step, value in sorted(points.items())]
 
 
-def curve_rows(folder: Path, rounds_per_step: float, lower_is_better: bool, **fields: Any) -> List[Dict[str, Any]]:
+def curve_rows(folder: Path, rounds_per_step: float, lower_is_better: bool, value_scale: float = 1.0,
+               **fields: Any) -> List[Dict[str, Any]]:
     """:func:`read_curve`'s points as record rows (``role: "curve"``; ``fields`` name the scenario, design and
     training seed). They carry no ``policy`` or ``value``, so no episode summary selects them."""
     return [{**fields, "role": "curve", "rounds": r, "objective": v}
-            for r, v in read_curve(folder, rounds_per_step, lower_is_better)]
+            for r, v in read_curve(folder, rounds_per_step, lower_is_better, value_scale)]
 
 
 def plot_curves(rows: Sequence[Mapping[str, Any]], references: Mapping[str, Mapping[str, Optional[float]]],

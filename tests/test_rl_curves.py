@@ -22,6 +22,8 @@ def test_the_return_becomes_the_objective_in_rounds(tmp_path):
     # one client a step at K = 5: a step is 0.2 rounds; rounds to the target is minus the return
     assert rl_curves.read_curve(tmp_path, 0.2, lower_is_better=True) == [(100.0, 30.0), (200.0, 25.0), (300.0, 20.0)]
     assert rl_curves.read_curve(tmp_path, 1.0, lower_is_better=False)[0] == (500.0, -30.0)
+    # in the one mode the reward is −1 a pick: rounds to the target are the picks over K
+    assert rl_curves.read_curve(tmp_path, 0.2, True, value_scale=0.2)[0] == (100.0, 6.0)
     rows = rl_curves.curve_rows(tmp_path, 1.0, True, scenario="S", design="d", training_seed=3)
     assert rows[-1] == {"scenario": "S", "design": "d", "training_seed": 3, "role": "curve", "rounds": 1500.0,
                         "objective": 20.0}
