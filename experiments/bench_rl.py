@@ -113,6 +113,12 @@ def part_train(args: argparse.Namespace) -> None:
                 subprocess.run(cmd, check=True, cwd=ROOT)
 
 
+def rounds_per_step(design: str, name: str) -> float:
+    """The env rounds one training step of ``design`` plays on scenario ``name``: 1/K for the one-client-a-step DQN
+    form (``pc_dqn``, ``one_mode_step: 1/K``), 1 for a design that picks a whole round a step."""
+    return 1.0 / scenario(name).config["clients_per_round"] if DESIGNS[design]["algo"] == "pc_dqn" else 1.0
+
+
 def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str, List[float]]:
     """Per training seed, the env rounds a run played (``pc_dqn``'s one-client steps are 1/K of a round) and the
     wall minutes of its ``train_agent.py`` call (its ``summary.yaml``; a resumed run's last call only)."""
@@ -121,7 +127,7 @@ def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str,
     out: Dict[str, List[float]] = {"train_rounds": [], "train_minutes": []}
     if design not in DESIGNS:
         return out
-    per_round = 1.0 / scenario(name).config["clients_per_round"] if DESIGNS[design]["algo"] == "pc_dqn" else 1.0
+    per_round = rounds_per_step(design, name)
     for t in args.train_seeds:
         summary = run_folder(args.out, design, name, t) / "summary.yaml"
         if summary.is_file():
@@ -212,7 +218,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 e[f"p_vs_{tag}"] = t_interval(per_seed).p  # the t-test of the per-seed means
             entries.append(e)
         for design, d in DESIGNS.items():  # the training episodes' curves (fedsel_eval.rl_curves), in env rounds
-            per_round = 1.0 / sc.config["clients_per_round"] if d["algo"] == "pc_dqn" else 1.0
+            per_round = rounds_per_step(design, name)
             for t in args.train_seeds:
                 folder = run_folder(args.out, design, name, t)
                 if design in {e["design"] for e in entries if e["scenario"] == name} and finished(folder):
