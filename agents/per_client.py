@@ -24,11 +24,13 @@ from fedsel_env.spec import SelectionSpec
 
 from . import per_client_net, plackett_luce
 from .base import SelectionAgent
+from .cover_tokens import cover_columns
 from .deploy import (ALGORITHMS, Algorithm, Deployment, deployment_config, detect_algorithm, model_class,
                      register_algorithm, register_deployment)
 from .favor import DoubleDQN
 from .registry import AGENTS
 from .saved_models import check_zip, load_model
+from .set_distill import CoverTracker, with_cover_columns
 
 
 def _zip_of(path: Union[str, Path]) -> Path:
@@ -56,8 +58,22 @@ def saved_pca_components(path: Union[str, Path]) -> Optional[int]:
         return None
     for key, tensor in (params or {}).get("policy", {}).items():
         if key.endswith("features_extractor.phi.0.weight") and getattr(tensor, "ndim", 0) == 2:
-            return int(tensor.shape[1]) - token_size(0)
+            return int(tensor.shape[1]) - token_size(0) - saved_cover_columns(zip_path)
     return None
+
+
+def saved_cover_columns(path: Union[str, Path]) -> int:
+    """How many of ``kcenter_cover``'s columns (``agents/cover_tokens.py``) a saved per-client model's tokens carry
+    after the client features: ``len(COVER_FEATURES)`` for a policy class saying ``cover_features`` (``pl_ppo_cover``),
+    else 0 (also when the file cannot be read: loading it later says why)."""
+    from .saved_models import read_zip_data
+    from .set_distill import COVER_FEATURES
+
+    try:
+        policy = read_zip_data(_zip_of(path), "model").get("policy_class")
+    except (ValueError, OSError):
+        return 0
+    return len(COVER_FEATURES) if isinstance(policy, dict) and policy.get("cover_features") is True else 0
 
 
 def check_pca_components(path: Union[str, Path], d: int, num_clients: Optional[int] = None) -> None:
@@ -98,6 +114,8 @@ def load_per_client(path: Union[str, Path], spec: SelectionSpec, obs_space: spac
                          f"(train_agent.py --algo {' or '.join(forms)}); FAVOR's flat models load with the 'favor' "
                          f"agent")
     check_pca_components(zip_path, int(obs_space["weights"].shape[1]), spec.num_clients)
+    if saved_cover_columns(zip_path) and cover_columns(obs_space, spec) == 0:
+        obs_space = with_cover_columns(obs_space)  # the tokens it was trained on carry kcenter_cover's state
     cls, q_values = model_class(form), ALGORITHMS[form].off_policy  # DQN-family: per-client Q-values
     n = spec.num_clients
     action_space = spaces.Discrete(n) if q_values else spaces.Box(-1.0, 1.0, shape=(n,), dtype=np.float32)
@@ -155,6 +173,20 @@ class PerClientAgent(SelectionAgent):
         self.device = device
         self.model = model
         self._n = None if model is None else self._model_n(model)
+        # a model trained on cover-aware tokens (pl_ppo_cover) reads kcenter_cover's state: this agent follows it
+        if model is not None:
+            space = getattr(model, "observation_space", None)
+            cover = isinstance(space, spaces.Dict) and "clients" in space.spaces and cover_columns(space, spec) > 0
+        else:
+            cover = not self.members and saved_cover_columns(model_path) > 0
+        if self.members and any(m.tracker is not None for m in self.members):
+            raise ValueError("per_client agent: an ensemble of models trained on cover-aware tokens (pl_ppo_cover) "
+                             "is not supported: deploy each model on its own")
+        self.tracker: Optional[CoverTracker] = CoverTracker(spec.clients_per_round, spec) if cover else None
+
+    def reset(self, obs: Dict[str, np.ndarray]) -> None:
+        if self.tracker is not None:
+            self.tracker.points = None  # the next select starts it on this episode's first observation
 
     @staticmethod
     def _model_n(model: Any) -> int:
@@ -193,6 +225,9 @@ class PerClientAgent(SelectionAgent):
     def select(self, obs: Dict[str, np.ndarray]) -> np.ndarray:
         """The K available clients with the highest scores, best first (ties: lower index first)."""
         avail = self.available(obs)
+        if self.tracker is not None:  # once a round: fold in the last round's selection, add the cover's columns
+            self.tracker.observe(obs)
+            obs = self.tracker.augment(obs)
         s = self.scores(obs)[avail]
         if self.sample:
             from .plackett_luce import PlackettLucePolicy
@@ -227,6 +262,10 @@ for _entry in (  # after sb3-contrib's maskable_ppo, before SB3's sac (the table
     Algorithm("pl_ppo", PPO, ("topk",), False, "per_client", (plackett_luce.__name__,), ("clip_range",),
               about="the K-of-N policy (agents/plackett_luce.py, issue #41): Plackett-Luce over per-client logits, "
                     "trained by PPO (configs/pl_ppo.yml), deployed as the K largest logits; runs at any N"),
+    Algorithm("pl_ppo_cover", PPO, ("topk",), False, "per_client", (plackett_luce.__name__,), ("clip_range",),
+              about="the named variant pl_ppo_cover (issue #41): the Plackett-Luce policy on cover-aware tokens "
+                    "(kcenter_cover's state, agents/cover_tokens.py), its logits started at kcenter_cover's picks, "
+                    "trained by PPO (configs/pl_ppo_cover.yml); its zips deploy as pl_ppo's do"),
     Algorithm("pl_a2c", A2C, ("topk",), False, "per_client", (plackett_luce.__name__,), lacks=("clip_range",),
               about="the Plackett-Luce K-of-N policy trained by A2C (configs/pl_a2c.yml)"),
 ):

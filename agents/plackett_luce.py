@@ -44,6 +44,8 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticPolicy
 from torch import nn
 
+from fedsel_env.spec import CLIENT_FEATURES
+
 from .per_client_net import ClientSetEncoder, PerClientHeads, available_mask
 
 #: trapezoid nodes of the log-probability's integral (the first, coarse pass locates the integrand)
@@ -226,4 +228,62 @@ class PlackettLucePolicy(ActorCriticPolicy):
         return self.get_distribution(observation).get_actions(deterministic=deterministic)
 
 
-__all__ = ["PlackettLucePolicy", "PlackettLuceTopK", "set_log_prob"]
+class CoverPlackettLucePolicy(PlackettLucePolicy):
+    """The named variant ``pl_ppo_cover``: :class:`PlackettLucePolicy` on cover-aware tokens, started at
+    ``kcenter_cover`` (issue #41; not a paper's design).
+
+    Its observations carry ``kcenter_cover``'s state after each client's features (``agents/cover_tokens.py``:
+    ``train_agent.py`` wraps the training envs because :attr:`cover_features` says so, and the deployed
+    ``per_client`` agent keeps the same tracker). Each client's logit is
+
+        l_i = c · cover_pick_i + r_θ(token_i, context),
+
+    c a learned scalar started at ``cover_prior`` and r_θ the per-client network's score, whose last layer
+    starts at zero: the untrained policy's K largest logits are exactly ``kcenter_cover``'s picks (the bench's
+    best single heuristic), its Gumbel-top-K samples explore around them, and PPO learns the residual on the
+    scenario's objective. ``cover_prior`` = 0 starts at uniform logits (the cover columns are then only inputs).
+    """
+
+    #: train_agent.py wraps the training envs in agents.cover_tokens.CoverFeatures for this policy
+    cover_features = True
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Any,
+                 cover_prior: float = 3.0, **kwargs: Any) -> None:
+        if isinstance(cover_prior, bool) or not isinstance(cover_prior, (int, float)) or not \
+                -LOGIT_CAP <= float(cover_prior) <= LOGIT_CAP:
+            raise ValueError(f"the cover-aware Plackett-Luce policy's cover_prior = {cover_prior!r}: expected a number "
+                             f"in [-{LOGIT_CAP:g}, {LOGIT_CAP:g}] (3 starts the policy at kcenter_cover's picks)")
+        from .set_distill import COVER_FEATURES
+
+        extra = int(observation_space["clients"].shape[1]) - len(CLIENT_FEATURES) if isinstance(
+            observation_space, spaces.Dict) and "clients" in observation_space.spaces else -1
+        if extra != len(COVER_FEATURES):
+            raise ValueError(f"the cover-aware Plackett-Luce policy reads obs['clients'] with kcenter_cover's "
+                             f"{list(COVER_FEATURES)} after the {len(CLIENT_FEATURES)} client features "
+                             f"(agents.cover_tokens.CoverFeatures; train_agent.py --algo pl_ppo_cover adds them)")
+        self.cover_prior = float(cover_prior)
+        self._pick_column = len(CLIENT_FEATURES) + COVER_FEATURES.index("cover_pick")
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        last = self.mlp_extractor.score.rho[-1]
+        nn.init.zeros_(last.weight)   # the residual starts at zero: the logits start at c · cover_pick
+        nn.init.zeros_(last.bias)
+        self.cover_weight = nn.Parameter(th.tensor(self.cover_prior))
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> Dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data.update(cover_prior=self.cover_prior)
+        return data
+
+    def _logits_and_value(self, obs: Dict[str, th.Tensor]) -> Tuple[th.Tensor, th.Tensor]:
+        features = self.extract_features(obs)
+        x = features if isinstance(features, th.Tensor) else features[0]
+        pick = obs["clients"][..., self._pick_column].float()
+        raw = self.mlp_extractor.score(x) + self.cover_weight * pick
+        return LOGIT_CAP * th.tanh(raw / LOGIT_CAP), self.value_net(self.mlp_extractor.forward_critic(x))
+
+
+__all__ = ["CoverPlackettLucePolicy", "PlackettLucePolicy", "PlackettLuceTopK", "set_log_prob"]

@@ -159,7 +159,10 @@ class CoverTracker:
         if self.points is None:
             self.start(obs)
             return
-        selected = self.spec.feature(obs, "selected_last_round") > 0.5
+        self.fold(self.spec.feature(obs, "selected_last_round") > 0.5)
+
+    def fold(self, selected: np.ndarray) -> None:
+        """Fold one round's selected clients (N booleans) into the cover."""
         joined = self.used | selected
         # a completed cover starts the next with the round's refills: the selected clients already in the old one
         # (kcenter_cover completes a round from them when its unused clients run out)

@@ -55,6 +55,12 @@ DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo": {"algo": "pl_ppo", "hyperparams": [], "sampled": True,
                "scenarios": ("FreeRiders", "NoisyLabels", "Churn", "QuantitySkew", "Large", "PowerOfChoice",
                              "FMNISTControl")},
+    # the named variant pl_ppo_cover (cover-aware tokens, logits started at kcenter_cover's picks; configs/
+    # pl_ppo_cover.yml): pl_ppo's settings and budget unchanged, on the four digits scenarios first (their rounds are
+    # the cheapest; the Fashion-MNIST ones follow when a session has the hours)
+    "pl_ppo_cover": {"algo": "pl_ppo_cover", "hyperparams": [], "sampled": True,
+                     "scenarios": ("FreeRiders", "NoisyLabels", "Churn", "Stragglers", "QuantitySkew", "Large",
+                                   "PowerOfChoice", "FMNISTControl")},
     "pc_dqn": {"algo": "pc_dqn", "hyperparams": [], "sampled": False,
                "scenarios": ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew", "Large",
                              "PowerOfChoice", "FMNISTControl")},

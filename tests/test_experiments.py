@@ -221,7 +221,7 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     rec = records.load(tmp_path / "record.json")
     assert recompute.main(["--quiet", str(tmp_path / "record.json")]) == 0
     board = rec["notes"]["leaderboard"]
-    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled", "pc_dqn"}
+    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled", "pl_ppo_cover", "pl_ppo_cover_sampled", "pc_dqn"}
     for e in board:
         assert e["learned"] is True and e["trainer"] == "sb3" and e["scenario"] == "Churn"
         assert len(e["delta_vs_best_heuristic_ci_across"]) == 2 and "p_holm" in e

@@ -37,6 +37,10 @@ def learn(setup: Dict[str, Any]) -> Path:
     env = make_vec_env(env_config, args.n_envs, args.vec_env)
     eval_env = make_eval_env(eval_env_config(args.algo, env_config))
     spec = eval_env.envs[0].unwrapped.selection_spec
+    if getattr(setup["policy"], "cover_features", False):  # kcenter_cover's state in the tokens (pl_ppo_cover)
+        from agents.cover_tokens import CoverFeatures
+
+        env = CoverFeatures(env, spec)
 
     try:  # the envs' worker processes are closed however this ends (a damaged checkpoint, Ctrl-C, an error)
         # 5. model: the last checkpoint with its replay buffer and step count, or a new one

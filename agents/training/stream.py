@@ -47,7 +47,10 @@ class StreamRecorder(gym.Wrapper):
         return obs, {**info, START_KEY: start}
 
     def replay_episode(self, start: Dict[str, Any], actions: Sequence[Any]) -> Dict[str, Any]:
-        """Start the episode ``start`` describes and take ``actions``; return ``{"obs", "ok", "why"}``.
+        """Start the episode ``start`` describes and take ``actions``; return ``{"obs", "ok", "why"}``, and for
+        Dict observations also ``first_obs`` and ``selected`` (each step's ``selected_last_round`` column as
+        booleans): what a learner-side wrapper that follows the episode (``agents/cover_tokens.py``) rebuilds
+        its state from.
 
         Never raises (it runs inside SB3's worker loop, which would die): ``ok`` is False when the
         replay did not follow the recorded episode.
@@ -58,12 +61,16 @@ class StreamRecorder(gym.Wrapper):
             else:
                 self.env.unwrapped.np_random.bit_generator.state = start["rng"]
                 obs, _ = self.env.reset()
+            trace = isinstance(obs, dict) and "clients" in obs
+            first, selected = obs, []
             for n, action in enumerate(actions):
                 obs, _, terminated, truncated, _ = self.env.step(action)
+                if trace:
+                    selected.append(self.env.unwrapped.selection_spec.feature(obs, "selected_last_round") > 0.5)
                 if terminated or truncated:
                     return {"obs": obs, "ok": False, "why": f"the replayed episode ended after {n + 1} of "
                                                             f"{len(actions)} steps"}
-            return {"obs": obs, "ok": True, "why": ""}
+            return {"obs": obs, "ok": True, "why": "", **({"first_obs": first, "selected": selected} if trace else {})}
         except Exception as e:  # noqa: BLE001 - reported to the learner, which says what happened
             return {"obs": None, "ok": False, "why": f"{type(e).__name__}: {e}"}
 
