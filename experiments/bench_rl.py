@@ -28,7 +28,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -187,17 +187,33 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                              "reporting_seeds": list(args.seeds), "n_envs": N_ENVS})
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
                       note="episodes played by --part eval (runs/bench_rl/eval/), gathered here")
+    old = carried_record(args)
+    carried_chunk: Dict[str, str] = {}
+
+    def chunk_of(r: Dict[str, Any]) -> str:
+        """The row's chunk: this run's, or a chunk of its own per committed chunk a carried row came from."""
+        if "_carried_from" not in r:
+            return chunk
+        c = r["_carried_from"]
+        if c["id"] not in carried_chunk:
+            carried_chunk[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
+                                                       f"({c.get('note', '')}): models not on this machine")
+        return carried_chunk[c["id"]]
+
     entries = []
     for name in args.scenarios:
         path = args.out / "eval" / name / "episodes.jsonl"
-        if not path.is_file():
+        if not path.is_file() and name not in old["reference"]:
             continue
         sc, best = scenario(name), best_heuristic(name, ref)
-        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
+        # the scenario played here, or (no design of it trained here) its committed random and best-heuristic rows
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r} \
+            if path.is_file() else dict(old["reference"][name])
+        rows.update(carried_rows(old, name, {p.rpartition("_s")[0] for p, _ in rows if p not in ("random", best)}))
         oracle = float(np.mean([r["value"] for r in ref if r["scenario"] == name and r["policy"] == "lookahead"]))
         for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             design, _, t = pol.rpartition("_s") if pol not in ("random", best) else (None, "", "")
-            rec.add_row(chunk, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
+            rec.add_row(chunk_of(r), scenario=name, policy=design or pol, training_seed=int(t) if design else None,
                         role="learned" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
                         objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
                         reached=r["reached"], sim_time=r["sim_time"], final_accuracy=r["final_accuracy"],
@@ -211,7 +227,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
                  "objective": sc.objective, "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": m,
                  "normalised": normalised_score(mean["random"], oracle, m),
                  "best_heuristic_normalised": normalised_score(mean["random"], oracle, mean[best]),
-                 **training_cost(args, design.removesuffix("_sampled"), name)}
+                 **(training_cost(args, design.removesuffix("_sampled"), name) if design not in old["designs"].get(name, ())
+                    else old["cost"][(name, design)])}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
                 cond = rec.summarise(f"{name}: {design} − {tag} ({other}), paired by seed", "paired_t", "value",
                                      where={**ep, "policy": design}, minus={**ep, "policy": other})
@@ -227,6 +244,11 @@ def build_record(args: argparse.Namespace) -> records.Record:
             per_round = rounds_per_step(design, name)
             for t in args.train_seeds:
                 folder = run_folder(args.out, design, name, t)
+                if design in old["designs"].get(name, ()):  # carried: the committed record's curve rows
+                    if t == args.train_seeds[0]:
+                        for row in old["curves"].get((name, design), []):
+                            rec.add_row(chunk_of(row), **{k: v for k, v in row.items() if k not in ("_carried_from", "chunk")})
+                    continue
                 if design in {e["design"] for e in entries if e["scenario"] == name} and finished(folder):
                     scale = per_round if sc.objective == "rounds_to_target" else 1.0  # one mode: −1 a pick
                     for row in rl_curves.curve_rows(folder, per_round, sc.lower_is_better, scale, scenario=name,
@@ -245,6 +267,45 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                 for e in entries]
     rec.notes["holm_family"] = [f"{entries[i]['scenario']}: {entries[i]['policy']} vs {tag}" for i, tag in family]
     return rec
+
+
+def carried_record(args: argparse.Namespace) -> Dict[str, Any]:
+    """What the committed record holds of designs whose runs are not on this machine (``--out``): the campaign grows
+    across sessions and machines, and a design trained elsewhere keeps its rows, curves and training cost, each in a
+    chunk naming the commit it was recorded at. Nothing is carried for a smoke run, or for a design × scenario whose
+    training runs are here (those are played again)."""
+    out: Dict[str, Any] = {"rows": {}, "curves": {}, "cost": {}, "designs": {}, "reference": {}}
+    if args.smoke or not RESULT.is_file():
+        return out
+    committed = records.load(RESULT)
+    chunks = {c["id"]: c for c in committed["chunks"]}
+    here = {(name, design) for design in DESIGNS for name in args.scenarios
+            if any(finished(run_folder(args.out, design, name, t)) for t in args.train_seeds)}
+    for r in committed["rows"]:
+        design = r.get("design") if r.get("role") == "curve" else r.get("policy")
+        base = (design or "").removesuffix("_sampled")
+        if r["scenario"] not in args.scenarios:
+            continue
+        row = {**r, "_carried_from": chunks[r["chunk"]]}
+        if r.get("role") in ("random", "best_heuristic"):
+            out["reference"].setdefault(r["scenario"], {})[(r["policy"], r["seed"])] = row
+            continue
+        if r.get("role") not in ("learned", "curve") or (r["scenario"], base) in here:
+            continue
+        if r["role"] == "curve":
+            out["curves"].setdefault((r["scenario"], design), []).append(row)
+        else:
+            out["rows"].setdefault(r["scenario"], {})[(f"{design}_s{r['training_seed']}", r["seed"])] = row
+            out["designs"].setdefault(r["scenario"], set()).add(design)
+    for e in committed["notes"].get("leaderboard", []):
+        out["cost"][(e["scenario"], e["design"])] = {"train_rounds": e.get("train_rounds", []),
+                                                     "train_minutes": e.get("train_minutes", [])}
+    return out
+
+
+def carried_rows(old: Dict[str, Any], name: str, here: Set[str]) -> Dict[Tuple[str, int], Dict[str, Any]]:
+    """The committed learned rows of scenario ``name`` for designs not played here (:func:`carried_record`)."""
+    return {k: r for k, r in old["rows"].get(name, {}).items() if k[0].rpartition("_s")[0] not in here}
 
 
 LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"

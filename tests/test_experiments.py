@@ -234,3 +234,24 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     assert all(0.0 <= r["objective"] <= 1.0 for r in curve)  # worst-10% accuracy, higher is better: the return
     assert (tmp_path / "bench_rl_curves.png").stat().st_size > 1000
     assert _docs_state() == before
+
+
+def test_bench_rl_carries_the_committed_rows_of_designs_trained_elsewhere(tmp_path):
+    """The campaign grows across sessions and machines (issue #41): with none of the record's models on this machine,
+    the record built here holds the committed rows, curves and training costs, each in a chunk naming the commit it
+    was recorded at, and gives the committed leaderboard entry for entry (Holm's family included)."""
+    from experiments import bench_rl
+
+    import argparse
+
+    ns = argparse.Namespace(out=tmp_path, smoke=False, scenarios=sorted({n for d in bench_rl.DESIGNS.values()
+                                                                        for n in d["scenarios"]}),
+                            train_seeds=list(bench_rl.TRAIN_SEEDS), seeds=list(bench_rl.REPORTING_SEEDS), overrides={})
+    rec = bench_rl.build_record(ns)
+    committed = records.load(bench_rl.RESULT)
+    key = lambda e: (e["scenario"], e["design"])  # noqa: E731
+    assert sorted(rec.notes["leaderboard"], key=key) == sorted(committed["notes"]["leaderboard"], key=key)
+    strip = lambda r: json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
+    assert sorted(map(strip, rec.rows)) == sorted(map(strip, committed["rows"]))
+    old_commits = {c["commit"] for c in committed["chunks"]}
+    assert {c["commit"] for c in rec.chunks if c["note"].startswith("carried")} == old_commits
