@@ -309,6 +309,76 @@ def carried_rows(old: Dict[str, Any], name: str, here: Set[str]) -> Dict[Tuple[s
 
 
 LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"
+#: seeds no record of the project had been played on (checked over experiments/, fedsel_eval/ and the records) before
+#: issue #41's pl_ppo_cover was reported: a claimed win is re-played there (``--part confirm``), beside random and the
+#: scenario's best heuristic, in a record of its own (so no reporting-seed summary takes them in)
+CONFIRM_SEEDS = tuple(range(50_000, 50_030))
+CONFIRM_RESULT = ROOT / "experiments" / "results" / "bench_rl_confirm.json"
+
+
+def part_confirm(args: argparse.Namespace) -> None:
+    """The ``--designs`` models of each scenario on :data:`CONFIRM_SEEDS`, beside random and the best heuristic."""
+    ref = reference_rows()
+    for name in args.scenarios:
+        models = [m for m in policies(args, name)
+                  if m.split("=", 1)[0].rpartition("_s")[0].removesuffix("_sampled") in args.designs]
+        if models:
+            cfg = {**scenario(name).env_config(), **args.overrides}
+            run_scenario(args.out / "confirm" / name, scenario(name), ["random", best_heuristic(name, ref), *models],
+                         args.confirm_seeds, cfg, log=lambda line: print(line, flush=True))
+
+
+def build_confirm_record(args: argparse.Namespace) -> records.Record:
+    """The confirmation episodes: per scenario and design, the difference against random and the best heuristic
+    across training seeds (and paired by seed)."""
+    ref = reference_rows()
+    rec = records.Record("bench_rl_confirm", config={"confirm_seeds": list(args.confirm_seeds),
+                                                     "train_seeds": list(args.train_seeds)})
+    chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
+                      note="episodes played by --part confirm (runs/bench_rl/confirm/), gathered here")
+    entries = []
+    for name in args.scenarios:
+        path = args.out / "confirm" / name / "episodes.jsonl"
+        if not path.is_file():
+            continue
+        sc, best = scenario(name), best_heuristic(name, ref)
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
+        for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            design, _, t = pol.rpartition("_s") if pol not in ("random", best) else (None, "", "")
+            rec.add_row(chunk, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
+                        role="learned" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
+                        objective=sc.objective, value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
+        ep = {"scenario": name}
+        for design in sorted({p.rpartition("_s")[0] for p, _ in rows if p not in ("random", best)}):
+            e = {"scenario": name, "design": design, "best_heuristic": best, "objective": sc.objective,
+                 "lower_is_better": sc.lower_is_better,
+                 "mean": rec.summarise(f"{name} confirm: {design} mean", "mean", "value", where={**ep, "policy": design})}
+            for other, tag in (("random", "random"), (best, "best_heuristic")):
+                across = rec.summarise(f"{name} confirm: {design} − {tag} ({other}), across training seeds",
+                                       "paired_t_across", "value", where={**ep, "policy": design},
+                                       minus={**ep, "policy": other})
+                cond = rec.summarise(f"{name} confirm: {design} − {tag} ({other}), paired by seed", "paired_t",
+                                     "value", where={**ep, "policy": design}, minus={**ep, "policy": other})
+                e[f"delta_vs_{tag}"] = across["mean"]
+                e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
+                e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
+            entries.append(e)
+    rec.notes["confirm"] = entries
+    return rec
+
+
+def confirm_table(rec: records.Record) -> str:
+    def ci(v: Sequence[Optional[float]]) -> str:
+        return "[" + ", ".join("n/a" if x is None else f"{x:+.3g}" for x in v) + "]"
+
+    rows = [[e["scenario"], f"`{e['design']}`", f"{e['mean']:.4g}",
+             f"{e['delta_vs_random']:+.3g} {ci(e['delta_vs_random_ci_across'])} ({ci(e['delta_vs_random_ci'])})",
+             f"{e['delta_vs_best_heuristic']:+.3g} {ci(e['delta_vs_best_heuristic_ci_across'])} "
+             f"({ci(e['delta_vs_best_heuristic_ci'])}) vs `{e['best_heuristic']}`"] for e in rec.notes["confirm"]]
+    return markdown.table(["scenario", "design", "mean", "Δ vs random, across seeds (conditional)",
+                           "Δ vs best heuristic, across seeds (conditional)"], rows)
+
+
 CURVES_PNG = ROOT / "docs" / "img" / "bench_rl_curves.png"
 
 
@@ -401,8 +471,9 @@ def learned_holm(path: Path = ROOT / "experiments" / "results" / "bench_learned.
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "report", "all", "learned_holm"), default="all",
-                   help="learned_holm: the Holm-corrected table of issue #29's learned designs (BENCHMARK.md)")
+    p.add_argument("--part", choices=("train", "eval", "report", "all", "confirm", "learned_holm"), default="all",
+                   help="confirm: the --designs models re-played on the confirmation seeds 50000-50029 (their own "
+                        "record); learned_holm: the Holm-corrected table of issue #29's learned designs (BENCHMARK.md)")
     p.add_argument("--scenarios", default=None, help="comma-separated scenario names (default: every one with a budget)")
     p.add_argument("--designs", default=",".join(DESIGNS))
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
@@ -414,6 +485,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     args.scenarios = [scenario(s).name for s in args.scenarios.split(",")] if args.scenarios else \
         sorted({n for d in DESIGNS.values() for n in d["scenarios"]})
     args.seeds, args.overrides, args.steps, args.n_envs = list(REPORTING_SEEDS), {}, None, N_ENVS
+    args.confirm_seeds = list(CONFIRM_SEEDS)
     if args.part == "learned_holm":
         text = learned_holm()
         if not args.no_publish:
@@ -425,6 +497,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         args.designs = list(DESIGNS)
         args.n_envs, args.train_seeds, args.seeds, args.no_publish = SMOKE["n_envs"], SMOKE["train_seeds"], \
             SMOKE["seeds"], True
+    if args.smoke and args.part == "confirm":
+        args.confirm_seeds = [s + 50_000 - 9000 for s in SMOKE["seeds"]]
+    if args.part == "confirm":
+        part_confirm(args)
+        rec = build_confirm_record(args)
+        rec.write(args.out / "confirm" / "record.json", written_by={
+            "command": " ".join(["experiments/bench_rl.py", *(argv or sys.argv[1:])])})
+        if rec.notes["confirm"] and not args.no_publish:
+            rec.write(CONFIRM_RESULT)
+            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:rl_confirm", confirm_table(rec))
+        print(confirm_table(rec) if rec.notes["confirm"] else "nothing confirmed yet")
+        return
     if args.part in ("train", "all"):
         part_train(args)
     if args.part in ("eval", "all"):

@@ -233,6 +233,13 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     assert {r["training_seed"] for r in curve} == {0, 1} and all(r["rounds"] % 128 == 0 for r in curve)
     assert all(0.0 <= r["objective"] <= 1.0 for r in curve)  # worst-10% accuracy, higher is better: the return
     assert (tmp_path / "bench_rl_curves.png").stat().st_size > 1000
+    # --part confirm: the models re-played on seeds of their own, in a record of its own
+    bench_rl.main(["--smoke", "--part", "confirm", "--out", str(tmp_path)])
+    conf = records.load(tmp_path / "confirm" / "record.json")
+    assert recompute.main(["--quiet", str(tmp_path / "confirm" / "record.json")]) == 0
+    assert {r["seed"] for r in conf["rows"]} == {50_000, 50_001}
+    assert {e["design"] for e in conf["notes"]["confirm"]} == {e["policy"] for e in board}
+    assert all(len(e["delta_vs_best_heuristic_ci_across"]) == 2 for e in conf["notes"]["confirm"])
     assert _docs_state() == before
 
 
