@@ -59,17 +59,22 @@ LAUNCH = ("import sys, ray._private.services as s; s.resolve_ip_for_localhost = 
 HEALTH = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000, "health_check_failure_threshold": 3}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> List[int]:
+    """``n`` distinct free ports, their sockets held open together while they are chosen (one at a time, the OS may
+    hand the same port out twice: the dashboard's and the client server's once collided, 'used by other components')."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 class LocalCluster:
     """A head and a worker node on this machine (one CPU each), every one of their processes known."""
 
     def __init__(self, root: Path) -> None:
-        self.root, self.token, self.port = root, uuid.uuid4().hex, _free_port()
+        self.root, self.token = root, uuid.uuid4().hex
+        self.port, self.dashboard_port, self.client_port = _free_ports(3)
         self.address = f"127.0.0.1:{self.port}"
         self.env = {**os.environ, "FEDSEL_RAY_CLUSTER": self.token, "RAY_USAGE_STATS_ENABLED": "0",
                     "OMP_NUM_THREADS": "1"}
@@ -78,7 +83,7 @@ class LocalCluster:
         node = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=80000000",
                 "--disable-usage-stats"]
         self._ray("start", "--head", f"--port={self.port}", "--include-dashboard=false",
-                  f"--dashboard-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
+                  f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={self.client_port}",
                   f"--system-config={json.dumps(HEALTH)}", f"--temp-dir={self.root}/head", *node)
         self._ray("start", f"--address={self.address}", f"--temp-dir={self.root}/worker", *node)
 
