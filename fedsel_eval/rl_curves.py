@@ -80,12 +80,16 @@ def plot_curves(rows: Sequence[Mapping[str, Any]], references: Mapping[str, Mapp
     for ax in axes.flat[len(names):]:
         ax.set_visible(False)
     styles = {"random": ("grey", "--"), "oracle": ("k", ":"), "set_es": ("C4", "-.")}
+    # one colour a design in every panel (a design missing from a panel does not shift the others'), never the
+    # reference lines' C3 / C4
+    palette = ["C0", "C1", "C2", "C5", "C6", "C7", "C8", "C9"]
+    colour = {d: palette[i % len(palette)] for i, d in enumerate(sorted({r["design"] for r in rows}))}
     for ax, name in zip(axes.flat, names):
         mine = [r for r in rows if r["scenario"] == name]
-        for i, design in enumerate(sorted({r["design"] for r in mine})):
+        for design in sorted({r["design"] for r in mine}):
             for j, t in enumerate(sorted({r["training_seed"] for r in mine if r["design"] == design})):
                 pts = [(r["rounds"], r["objective"]) for r in mine if r["design"] == design and r["training_seed"] == t]
-                ax.plot(*zip(*pts), color=f"C{i}", lw=1, alpha=0.85, label=design if j == 0 else None)
+                ax.plot(*zip(*pts), color=colour[design], lw=1, alpha=0.85, label=design if j == 0 else None)
         for label, level in references.get(name, {}).items():
             if level is not None and np.isfinite(level):
                 color, ls = styles.get(label.split(" ")[0], ("C3", "-."))
