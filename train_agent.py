@@ -51,7 +51,7 @@ import torch
 from agents.training import cli
 from agents.training.atomic import lock_run_folder
 from agents.training.cli import Args
-from agents.training.runs import save_settings
+from agents.training.runs import note_machine, save_settings
 from agents.training.sb3 import learn
 from agents.training.settings import prepare as prepare_sb3
 from agents.training.trainers import prepare_design, trainer
@@ -82,6 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
     setup["mapper"] = ray_mapper(args, setup)
     with lock_run_folder(setup["run_dir"], "train_agent.py"):  # one writer per run folder: a second is refused
+        note_machine(setup["run_dir"])  # machines.jsonl: this call's commit, CPU and library versions
         return train_design(setup) if "trainer" in setup else learn(setup)
 
 

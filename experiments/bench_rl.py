@@ -126,11 +126,14 @@ def rounds_per_step(design: str, name: str) -> float:
 
 
 def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str, List[float]]:
-    """Per training seed, the env rounds a run played (``pc_dqn``'s one-client steps are 1/K of a round) and the
-    wall minutes of its ``train_agent.py`` call (its ``summary.yaml``; a resumed run's last call only)."""
+    """Per training seed, the env rounds a run played (``pc_dqn``'s one-client steps are 1/K of a round), the
+    wall minutes of its ``train_agent.py`` call (its ``summary.yaml``; a resumed run's last call only) and, for runs
+    that recorded them (``machines.jsonl``, issue #46), each call's commit and CPU."""
     import yaml
 
-    out: Dict[str, List[float]] = {"train_rounds": [], "train_minutes": []}
+    from agents.training.runs import read_machines
+
+    out: Dict[str, List[Any]] = {"train_rounds": [], "train_minutes": []}
     if design not in DESIGNS:
         return out
     per_round = rounds_per_step(design, name)
@@ -140,6 +143,10 @@ def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str,
             s = yaml.safe_load(summary.read_text())
             out["train_rounds"].append(round(int(s["num_timesteps"]) * per_round, 1))
             out["train_minutes"].append(round(float(s["train_seconds_this_call"]) / 60.0, 2))
+        calls = read_machines(run_folder(args.out, design, name, t))
+        if calls:
+            out.setdefault("train_machines", []).append(
+                [{k: c.get(k) for k in ("commit", "dirty", "cpu", "torch_kernels")} for c in calls])
     return out
 
 

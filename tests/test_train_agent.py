@@ -351,3 +351,29 @@ def test_favor_entries_are_the_papers(tmp_path):
     plus = train_agent.prepare(train_agent.parse_args(["--algo", "favor+", "--env", "tiny",
                                                        "--runs-dir", str(tmp_path / "plus")]))
     assert plus["env_config"]["one_mode_step"] == "1/K" and plus["hp"]["mask_actions"] is True
+
+
+def test_every_call_records_its_commit_and_machine(tmp_path):
+    """machines.jsonl (issue #46): one line a train_agent.py call, a resumed run's too, naming the code's commit and
+    the CPU and kernels the model was trained on, so a replay that does not match can tell rounding from code."""
+    import json
+    import subprocess
+
+    import train_agent
+    from agents.training.runs import MACHINES_FILE, read_machines
+
+    run = train_agent.main(["--algo", "pl_ppo", "--env", "fedsel/FedSelect-Tiny-v0", "-n", "64", "--runs-dir",
+                            str(tmp_path), "--name", "m", "--no-progress-bar", "--seed", "0", "--eval-freq", "0"])
+    train_agent.main(["--runs-dir", str(tmp_path), "--name", "m", "--resume", "--n-timesteps", "128",
+                      "--no-progress-bar"])
+    calls = read_machines(run)
+    assert len(calls) == 2
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(train_agent.__file__).parent, capture_output=True,
+                          text=True).stdout.strip()
+    for c in calls:
+        assert c["commit"] == (head or None) and isinstance(c["dirty"], (bool, type(None)))
+        assert c["cores"] >= 1 and c["torch"] and c["numpy"] and "cpu" in c
+    with open(run / MACHINES_FILE, "a") as f:  # a line cut short by a kill: the calls before it stand
+        f.write('{"commit": "ab')
+    assert len(read_machines(run)) == 2
+    assert json.loads((run / MACHINES_FILE).read_text().splitlines()[0])["utc"]

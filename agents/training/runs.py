@@ -97,6 +97,76 @@ def save_settings(run_dir: Path, args: Any, env_config: Mapping[str, Any], hp: M
     atomic_write_yaml(run_dir / "args.yaml", vars(args))
 
 
+#: one JSON line a ``train_agent.py`` call (a resumed run has several): the code and machine it trained on
+MACHINES_FILE = "machines.jsonl"
+
+
+def machine_facts() -> Dict[str, Any]:
+    """What a trained model may depend on beyond its settings: the code's commit (and whether ``fedsel_env/`` or
+    ``agents/`` differ from it) and the machine's CPU, kernels and library versions — float rounding differs by
+    CPU and kernel path (docs/ENVIRONMENT.md#determinism-and-common-random-numbers), so a later replay that does
+    not match can tell a rounding difference from a code change. A fact that cannot be had is None."""
+    import datetime
+    import os
+    import platform
+    import subprocess
+
+    import numpy
+    import torch
+
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> Optional[str]:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--", "fedsel_env", "agents")
+    cpu = None
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
+            "cpu": cpu or platform.processor() or None, "cores": os.cpu_count(),
+            "torch": torch.__version__, "torch_kernels": torch.backends.cpu.get_cpu_capability(),
+            "numpy": numpy.__version__, "python": platform.python_version()}
+
+
+def note_machine(run_dir: Path) -> None:
+    """Append this call's :func:`machine_facts` to the run folder's :data:`MACHINES_FILE` (whole lines only)."""
+    import json
+    import os
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(machine_facts(), sort_keys=True) + "\n").encode()
+    fd = os.open(run_dir / MACHINES_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_machines(run_dir: Path) -> List[Dict[str, Any]]:
+    """The calls :func:`note_machine` recorded for a run (none for a run trained before it existed)."""
+    import json
+
+    path = Path(run_dir) / MACHINES_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line cut short by a kill: the calls before it stand
+            continue
+    return out
+
+
 def list_checkpoints(folder: Path) -> List[Path]:
     """Complete checkpoints (model zips) in ``folder``, oldest first."""
     found = []
