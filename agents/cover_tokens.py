@@ -15,7 +15,7 @@ The wrapper is applied by ``train_agent.py`` for a policy class that says ``cove
 design). It follows SB3's ``VecEnvWrapper`` contract: the batched vector env, ``DummyVecEnv`` and
 ``SubprocVecEnv`` beneath it, auto-reset (the ``terminal_observation`` carries the ended episode's columns) and
 ``--resume``'s replay of the interrupted episodes (:meth:`CoverFeatures.env_method`: the tracker is rebuilt from
-the replayed episode's first observation and its actions).
+the replayed episode's first observation and each step's selection).
 """
 from __future__ import annotations
 
@@ -69,15 +69,6 @@ class CoverFeatures(VecEnvWrapper):
         self.spec = spec
         self.trackers = [CoverTracker(spec.clients_per_round, spec) for _ in range(self.num_envs)]
 
-    # SB3's VecEnvWrapper keeps reset_infos of its own; the episode stream (--resume) reads the envs'
-    @property
-    def reset_infos(self) -> List[dict]:  # type: ignore[override]
-        return self.venv.reset_infos
-
-    @reset_infos.setter
-    def reset_infos(self, value: List[dict]) -> None:
-        pass  # VecEnv.__init__ sets it; the envs' own list is the one that counts
-
     def _augment(self, i: int, obs: dict, start: bool) -> dict:
         tracker = self.trackers[i]
         if start:
@@ -90,10 +81,12 @@ class CoverFeatures(VecEnvWrapper):
 
     def reset(self) -> Any:
         obs = self.venv.reset()
+        self.reset_infos = self.venv.reset_infos  # how each episode began: the episode stream (--resume) reads it
         return self._stack([self._augment(i, _row(obs, i), True) for i in range(self.num_envs)])
 
     def step_wait(self) -> Any:
         obs, rewards, dones, infos = self.venv.step_wait()
+        self.reset_infos = self.venv.reset_infos  # the envs that reset themselves just now
         rows = []
         for i in range(self.num_envs):
             if dones[i]:

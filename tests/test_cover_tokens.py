@@ -184,3 +184,38 @@ def test_train_agent_trains_and_resumes_it(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         assert th.equal(a[key], b[key]), key
+
+
+def _expected_cover_picks(c: float, k: int, n: int) -> float:
+    """Exact: the mean number of the cover's k picks (logit c) among k Plackett-Luce draws without replacement from
+    n clients (the other n - k at logit 0), by a recursion over how many picks were drawn so far."""
+    w = np.exp(c)
+    p = {0: 1.0}  # picks drawn so far -> probability
+    for d in range(k):
+        nxt: dict = {}
+        for m, q in p.items():
+            left_picks, left_rest = k - m, n - k - (d - m)
+            z = left_picks * w + left_rest
+            nxt[m + 1] = nxt.get(m + 1, 0.0) + q * left_picks * w / z
+            nxt[m] = nxt.get(m, 0.0) + q * left_rest / z
+        p = nxt
+    return sum(m * q for m, q in p.items())
+
+
+def test_the_configs_cover_prior_holds_about_a_third_of_the_cover_out_of_the_samples():
+    """configs/pl_ppo_cover.yml says why cover_prior is 3: at K = 5 of N = 40 the untrained policy's samples hold 3.3
+    of the cover's 5 picks on average (checked exactly here, and against Gumbel-top-K draws)."""
+    import yaml
+    from pathlib import Path
+
+    from agents.training.hyperparams import parse_policy_kwargs
+
+    entry = yaml.safe_load((Path(__file__).parents[1] / "configs" / "pl_ppo_cover.yml").read_text())["default"]
+    c = parse_policy_kwargs(entry["policy_kwargs"])["cover_prior"]
+    exact = _expected_cover_picks(c, 5, 40)
+    assert round(exact, 1) == 3.3
+    rng = np.random.default_rng(0)
+    logits = np.r_[np.full(5, c), np.zeros(35)]
+    drawn = np.argsort(-(logits + rng.gumbel(size=(20_000, 40))), axis=1)[:, :5]
+    assert abs((drawn < 5).sum(axis=1).mean() - exact) < 0.03  # 20,000 draws: standard error about 0.007
+    assert _expected_cover_picks(c, 5, 5) == pytest.approx(5.0)  # K = N: every client, whatever the logits

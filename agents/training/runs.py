@@ -124,12 +124,9 @@ def machine_facts() -> Dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     status = git("status", "--porcelain", "--", "fedsel_env", "agents")
-    cpu = None
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), None)
-    except OSError:
-        pass
+    info = Path("/proc/cpuinfo")  # Linux; elsewhere platform.processor()
+    lines = info.read_text().splitlines() if info.is_file() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
     return {"utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status),
             "cpu": cpu or platform.processor() or None, "cores": os.cpu_count(),
