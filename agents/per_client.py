@@ -266,6 +266,9 @@ for _entry in (  # after sb3-contrib's maskable_ppo, before SB3's sac (the table
               about="the named variant pl_ppo_cover (issue #41): the Plackett-Luce policy on cover-aware tokens "
                     "(kcenter_cover's state, agents/cover_tokens.py), its logits started at kcenter_cover's picks, "
                     "trained by PPO (configs/pl_ppo_cover.yml); its zips deploy as pl_ppo's do"),
+    Algorithm("pl_ppo_cover_long", PPO, ("topk",), False, "per_client", (plackett_luce.__name__,), ("clip_range",),
+              about="the named variant pl_ppo_cover_long (issue #41): pl_ppo_cover with cover_prior 1 and 98,304 "
+                    "rounds (configs/pl_ppo_cover_long.yml, chosen on FreeRiders' tuning seeds); deploys as pl_ppo's do"),
     Algorithm("pl_a2c", A2C, ("topk",), False, "per_client", (plackett_luce.__name__,), lacks=("clip_range",),
               about="the Plackett-Luce K-of-N policy trained by A2C (configs/pl_a2c.yml)"),
 ):

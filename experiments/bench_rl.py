@@ -61,6 +61,11 @@ DESIGNS: Dict[str, Dict[str, Any]] = {
     "pl_ppo_cover": {"algo": "pl_ppo_cover", "hyperparams": [], "sampled": True,
                      "scenarios": ("FreeRiders", "NoisyLabels", "Churn", "Stragglers", "QuantitySkew", "Large",
                                    "PowerOfChoice", "FMNISTControl")},
+    # the named variant pl_ppo_cover_long (configs/pl_ppo_cover_long.yml: cover_prior 1, 98,304 rounds), the
+    # settings of the one tuning probe that kept learning (FreeRiders, bench_rl_probes.json); on FreeRiders, where
+    # it was chosen, and on NoisyLabels, the other digits scenario whose best heuristic is kcenter_cover
+    "pl_ppo_cover_long": {"algo": "pl_ppo_cover_long", "hyperparams": [], "sampled": True,
+                          "scenarios": ("FreeRiders", "NoisyLabels")},
     "pc_dqn": {"algo": "pc_dqn", "hyperparams": [], "sampled": False,
                "scenarios": ("NoisyLabels", "FreeRiders", "Churn", "Stragglers", "QuantitySkew", "Large",
                              "PowerOfChoice", "FMNISTControl")},
