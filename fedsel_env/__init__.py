@@ -22,6 +22,7 @@ for _preset, _env_id in ENV_IDS.items():
 # FedSelect-Bench (issue #28): importing the bench registers its scenarios, each with its id fedsel/Bench-<Name>-v0
 # and the objective as the reward (issue #41: an episode's return is its score, negated when lower is better)
 from . import bench  # noqa: E402,F401
+from . import families  # noqa: E402,F401  (the built-in scenario families register themselves, issue #42)
 #: the multi-objective env: a vector reward, so Gymnasium's checker (which wants a scalar) is off, as
 #: ``mo_gymnasium.make`` turns it off
 MO_ENV_ID = "fedsel/MOFedSelect-v0"

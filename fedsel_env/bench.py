@@ -126,6 +126,8 @@ _SCENARIOS: List[Scenario] = [
 
 for _sc in _SCENARIOS:  # each with its Gymnasium id fedsel/Bench-<Name>-v0, the objective as the reward
     register_scenario(_sc)
+#: FedSelect-Bench's own scenarios (a user's registered ones are not among them): what a scenario family never draws
+BENCH_SCENARIOS = tuple(_SCENARIOS)
 #: ``fedsel/Bench-<Name>-v0`` → name, for every registered scenario (the registry's own dict)
 BENCH_IDS = SCENARIO_IDS
 
@@ -177,10 +179,12 @@ def federation_seed(seed: int) -> int:
     return int(rng.integers(0, 2**31 - 1, size=5)[0])
 
 
-def training_env_config(name: Any, overrides: Mapping[str, Any]) -> dict:
+def training_env_config(name: Any, overrides: Mapping[str, Any], seed: Optional[int] = None) -> dict:
     """A learned selector's training env: the scenario's config (name, id or YAML path), ``overrides`` over it,
-    the Dict observation."""
-    cfg = scenario(name).env_config()
+    the Dict observation. On a scenario family (``family:<Name>``, ``fedsel_env/families.py``) with ``seed``: the
+    federation the family draws from that seed (without: its first tuning draw's)."""
+    sc = scenario(name)
+    cfg = sc.config_for(seed) if seed is not None and hasattr(sc, "config_for") else sc.env_config()
     cfg.update(overrides)
     cfg["observation"] = "dict"
     return cfg
@@ -218,6 +222,6 @@ def normalised_score(random: float, oracle: float, policy: float) -> float:
     return float("nan") if gap == 0 or not math.isfinite(gap) else (random - policy) / gap
 
 
-__all__ = ["BENCH_IDS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS", "register_scenario",
+__all__ = ["BENCH_IDS", "BENCH_SCENARIOS", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "Scenario", "TUNING_SEEDS", "register_scenario",
            "check_fresh_federations", "curve_seeds", "episode_objective", "federation_seed", "normalised_score",
            "scenario", "select", "training_env_config"]

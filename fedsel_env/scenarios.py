@@ -9,6 +9,9 @@ takes a scenario reads it through :func:`lookup`, which accepts
   themselves when ``fedsel_env`` is imported, and each registered scenario gets the Gymnasium id
   ``fedsel/Bench-<Name>-v0``, its objective as the reward);
 - such an id (``fedsel/Bench-Stragglers-v0``);
+- ``family:<Name>``, a registered scenario family (``fedsel_env/families.py``, issue #42): a generator of
+  federations with one objective, which answers a trainer's questions as a scenario does (each episode's config
+  drawn from its seed);
 - the path of a YAML scenario file (:func:`load_scenario`): the keys of a YAML env config
   (``fedsel_env.config.resolve_env``; ``preset:`` included) plus :data:`SCENARIO_KEYS` —
   ``objective`` (required), and optionally ``name`` (default: the file's stem), ``statement``, ``tuning_seeds``
@@ -127,6 +130,9 @@ class Scenario:
         return cfg if "reward" in cfg else {**cfg, **self.reward_config()}
 
 
+#: key prefix → what :func:`lookup` returns for a key that starts with it: ``family:`` → a scenario family
+#: (``fedsel_env/families.py`` registers it, so this module imports nothing above it)
+KEY_PREFIXES: Dict[str, Any] = {}
 #: every registered scenario by name (the 8 bench scenarios register themselves: ``fedsel_env/bench.py``)
 SCENARIOS: Dict[str, Scenario] = {}
 #: ``fedsel/Bench-<Name>-v0`` → name, for every registered scenario
@@ -230,6 +236,9 @@ def lookup(key: Union[str, os.PathLike, Scenario]) -> Scenario:
     """
     if isinstance(key, Scenario):
         return key
+    for prefix, resolve in KEY_PREFIXES.items():  # family:<Name> (fedsel_env/families.py registers it)
+        if isinstance(key, str) and key.startswith(prefix):
+            return resolve(key)
     if isinstance(key, str) and key in SCENARIOS:
         return SCENARIOS[key]
     if isinstance(key, str) and key in SCENARIO_IDS:
@@ -248,6 +257,6 @@ def lookup(key: Union[str, os.PathLike, Scenario]) -> Scenario:
                      f"YAML scenario file (an env config plus 'objective:', docs/BENCHMARK.md, Your own scenario)")
 
 
-__all__ = ["OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "SCENARIO_IDS", "SCENARIO_KEYS", "Scenario",
+__all__ = ["KEY_PREFIXES", "OBJECTIVES", "REPORTING_SEEDS", "SCENARIOS", "SCENARIO_IDS", "SCENARIO_KEYS", "Scenario",
            "TUNING_SEEDS", "env_scenario", "is_scenario_file", "load_scenario", "lookup", "register_scenario",
            "scenario_from_mapping"]

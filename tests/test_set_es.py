@@ -194,7 +194,7 @@ class _PicklingMapper(SerialMapper):
 
 
 def test_a_generation_is_a_list_of_picklable_episodes_and_any_mapper_gives_the_same_run(tmp_path):
-    """set_es's generation is P candidates × E federations of :class:`ESEpisode` tasks (plus the curve's), played
+    """set_es's generation is E federations × P candidates of :class:`ESEpisode` tasks (plus the curve's), played
     through ``mapper.map(play_episode, tasks)``; a mapper that pickles each task and result (as Ray's does) gives the
     run of the default serial mapper bit for bit (issue #46)."""
     cfg = _tiny(generations=2)
@@ -205,7 +205,9 @@ def test_a_generation_is_a_list_of_picklable_episodes_and_any_mapper_gives_the_s
         assert (tmp_path / "serial" / f).read_bytes() == (tmp_path / "mapped" / f).read_bytes()
     train_tasks = [t for t in mapper.tasks if t.seed not in cfg.eval_seeds]
     assert len(train_tasks) == 2 * 3 * 2 and all(isinstance(t, ESEpisode) for t in mapper.tasks)   # G × P × E
-    assert [t.seed for t in train_tasks[:6]] == [cfg.episode_seed(0, j) for _ in range(3) for j in range(2)]
+    # federation by federation: the P candidates of a federation follow one another (a serial mapper builds each
+    # federation's env once, which a family's federations need: fedsel_env/families.py)
+    assert [t.seed for t in train_tasks[:6]] == [cfg.episode_seed(0, j) for j in range(2) for _ in range(3)]
     assert len(mapper.tasks) == 2 * 3 * 2 + len(cfg.eval_seeds)        # the curve at the end, on the tuning seeds
     t = mapper.tasks[0]
     assert play_episode(t) == play_episode(ESEpisode(**{**t.__dict__}))   # a task's result is its own seed's

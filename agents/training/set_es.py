@@ -97,6 +97,10 @@ class ESConfig:
         if self.start not in (None, "kcenter_cover"):
             raise ValueError(f"set_es: start = {self.start!r} is invalid: expected None (the zero vector) or "
                              f"'kcenter_cover' (weight 1 on cover_pick)")
+        if self.queries and hasattr(sc, "config_for"):
+            raise ValueError(f"set_es: queries = {self.queries} on the scenario family {self.scenario!r}: K and N "
+                             f"differ between its draws, so one d does not fit them; train set_es (queries 0) on a "
+                             f"family")
         if self.generations * self.episodes > 10_000:
             raise ValueError(f"set_es: generations × episodes = {self.generations * self.episodes} exceeds 10,000, "
                              f"the training seed's range of federations: use fewer")
@@ -107,6 +111,13 @@ class ESConfig:
 
         return training_env_config(self.scenario, self.env_overrides)
 
+    def episode_env_config(self, seed: int) -> Dict[str, Any]:
+        """The env config of the episode reset with ``seed``: the scenario's (:meth:`env_config`), or, on a scenario
+        family (``family:<Name>``, issue #42), the federation the family draws from that seed."""
+        from fedsel_env.bench import training_env_config
+
+        return training_env_config(self.scenario, self.env_overrides, seed=seed)
+
     def episode_seed(self, generation: int, j: int) -> int:
         return ES_SEED_BASE + 10_000 * self.seed + self.episodes * generation + j
 
@@ -114,9 +125,14 @@ class ESConfig:
 def check_training_seeds(cfg: ESConfig) -> None:
     """Refuse a run whose training federations would include a tuning or reporting federation of its scenario."""
     from fedsel_env.bench import check_fresh_federations, scenario
+    from fedsel_env.families import check_family_seeds, is_family_key
 
-    check_fresh_federations({f"training generation {g} episode {j}": cfg.episode_seed(g, j)
-                             for g in range(cfg.generations) for j in range(cfg.episodes)}, scenario(cfg.scenario))
+    seeds = {f"training generation {g} episode {j}": cfg.episode_seed(g, j)
+             for g in range(cfg.generations) for j in range(cfg.episodes)}
+    if is_family_key(cfg.scenario):  # a family: none of its own held-out draws, none of the bench's federations
+        check_family_seeds(scenario(cfg.scenario), seeds)
+    else:
+        check_fresh_federations(seeds, scenario(cfg.scenario))
 
 
 def rank_fitness(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
@@ -252,8 +268,8 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
         mapper = SerialMapper()
 
     def play(theta: np.ndarray, seeds: Sequence[int]) -> List[ESEpisode]:
-        return [ESEpisode(env_config, sc.objective, tuple(float(v) for v in theta), cfg.queries, int(s))
-                for s in seeds]
+        return [ESEpisode(cfg.episode_env_config(int(s)), sc.objective, tuple(float(v) for v in theta), cfg.queries,
+                          int(s)) for s in seeds]
 
     es, rng = make_search(cfg, names)
     progress_path = folder / "progress.jsonl"
@@ -282,8 +298,11 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
         with rng.active():
             xs = es.ask()
         seeds = [cfg.episode_seed(g, j) for j in range(cfg.episodes)]
-        played = mapper.map(play_episode, [t for x in xs for t in play(np.asarray(x), seeds)])  # P × E, in order
-        values = np.asarray([v for v, _ in played], dtype=np.float64).reshape(len(xs), cfg.episodes)  # (P, E)
+        # federation by federation (E × P): a serial mapper builds each federation's env once (a family's federations
+        # differ in config); every episode's result depends on its seed and candidate alone, whatever the order
+        per_x = [play(np.asarray(x), seeds) for x in xs]
+        played = mapper.map(play_episode, [per_x[p][j] for j in range(cfg.episodes) for p in range(len(xs))])
+        values = np.asarray([v for v, _ in played], dtype=np.float64).reshape(cfg.episodes, len(xs)).T  # (P, E)
         env_rounds = sum(r for _, r in played)
         fitness = rank_fitness(values, sc.lower_is_better)
         with rng.active():
