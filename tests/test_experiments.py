@@ -221,7 +221,8 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     rec = records.load(tmp_path / "record.json")
     assert recompute.main(["--quiet", str(tmp_path / "record.json")]) == 0
     board = rec["notes"]["leaderboard"]
-    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled", "pl_ppo_cover", "pl_ppo_cover_sampled", "pc_dqn"}
+    assert {e["policy"] for e in board} == {"pl_ppo", "pl_ppo_sampled", "pl_ppo_cover", "pl_ppo_cover_sampled",
+                                            "pl_ppo_cover_long", "pl_ppo_cover_long_sampled", "pc_dqn"}
     for e in board:
         assert e["learned"] is True and e["trainer"] == "sb3" and e["scenario"] == "Churn"
         assert len(e["delta_vs_best_heuristic_ci_across"]) == 2 and "p_holm" in e
@@ -265,3 +266,25 @@ def test_bench_rl_carries_the_committed_rows_of_designs_trained_elsewhere(tmp_pa
     assert sorted(map(strip, rec.rows)) == sorted(map(strip, committed["rows"]))
     old_commits = {c["commit"] for c in committed["chunks"]}
     assert {c["commit"] for c in rec.chunks if c["note"].startswith("carried")} == old_commits
+
+
+def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenario(tmp_path):
+    """experiments/bench_generalist.py (issue #42): set_es trained on family:MixedWorst10 only (train_agent.py), its
+    weights played unchanged on Churn beside random and the best heuristic; a record whose every summary recomputes,
+    and per scenario and design the entry the generalist track asks for."""
+    from experiments import bench_generalist
+
+    before = _docs_state()
+    bench_generalist.main(["--smoke", "--out", str(tmp_path)])
+    path = tmp_path / "record_reporting.json"
+    rec = records.load(path)
+    assert recompute.main(["--quiet", str(path)]) == 0
+    (e,) = rec["notes"]["leaderboard"]
+    assert e["generalist"] is True and e["scenario"] == "Churn" and e["design"] == "set_es"
+    assert e["family"] == "MixedWorst10" and e["best_heuristic"] == "pow_d"
+    assert "normalised" in e and len(e["delta_vs_random_ci_across"]) == 2
+    assert {r["training_seed"] for r in rec["rows"] if r["role"] == "generalist"} == {0, 1}
+    for t in (0, 1):  # trained on the family, never on Churn
+        policy = json.loads((tmp_path / "set_es" / "MixedWorst10" / f"seed{t}" / "set_es.json").read_text())
+        assert policy["scenario"] == "MixedWorst10"
+    assert _docs_state() == before
