@@ -219,3 +219,23 @@ def test_the_configs_cover_prior_holds_about_a_third_of_the_cover_out_of_the_sam
     drawn = np.argsort(-(logits + rng.gumbel(size=(20_000, 40))), axis=1)[:, :5]
     assert abs((drawn < 5).sum(axis=1).mean() - exact) < 0.03  # 20,000 draws: standard error about 0.007
     assert _expected_cover_picks(c, 5, 5) == pytest.approx(5.0)  # K = N: every client, whatever the logits
+
+
+def test_pl_ppo_cover_long_is_pl_ppo_cover_with_two_settings_changed():
+    """configs/pl_ppo_cover_long.yml (the named variant of the FreeRiders probe) says it is pl_ppo_cover's default
+    entry with cover_prior 1 and 98,304 rounds, every other setting unchanged; and that cover_prior 1 holds 1.3 of the
+    cover's 5 picks in the untrained policy's samples (K = 5, N = 40), against 0.6 for uniform sampling."""
+    import yaml
+    from pathlib import Path
+
+    from agents.training.hyperparams import parse_policy_kwargs
+
+    configs = Path(__file__).parents[1] / "configs"
+    base = yaml.safe_load((configs / "pl_ppo_cover.yml").read_text())["default"]
+    long = yaml.safe_load((configs / "pl_ppo_cover_long.yml").read_text())["default"]
+    assert long["n_timesteps"] == 98_304 and base["n_timesteps"] == 16_384
+    kw_base, kw_long = (parse_policy_kwargs(e["policy_kwargs"]) for e in (base, long))
+    assert kw_long == {**kw_base, "cover_prior": 1.0}
+    assert {k: v for k, v in long.items() if k not in ("n_timesteps", "policy_kwargs")} == {
+        k: v for k, v in base.items() if k not in ("n_timesteps", "policy_kwargs")}
+    assert round(_expected_cover_picks(1.0, 5, 40), 1) == 1.3 and _expected_cover_picks(0.0, 5, 40) == 5 * 5 / 40
