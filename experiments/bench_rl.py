@@ -349,17 +349,34 @@ def build_confirm_record(args: argparse.Namespace) -> records.Record:
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
                       note="episodes played by --part confirm (runs/bench_rl/confirm/), gathered here")
     entries = []
-    for name in args.scenarios:
+    carried = carried_confirm(args)
+    carried_chunk: Dict[str, str] = {}
+    for name in sorted(set(args.scenarios) | set(carried)):
         path = args.out / "confirm" / name / "episodes.jsonl"
-        if not path.is_file():
+        if not path.is_file() and name not in carried:
             continue
         sc, best = scenario(name), best_heuristic(name, ref)
-        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
-        for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        played = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r} \
+            if path.is_file() else {}
+        here = {p.rpartition("_s")[0] for p, _ in played if p not in ("random", best)}
+        # the committed confirmation rows of designs not re-played here (and, for a scenario not played here at all,
+        # its random and best-heuristic rows), each in a chunk naming the commit it was recorded at
+        old = {k: r for k, r in carried.get(name, {}).items()
+               if (k[0] in ("random", best) and not played) or (k[0] not in ("random", best)
+                                                               and k[0].rpartition("_s")[0] not in here)}
+        for (pol, seed), r in sorted({**old, **played}.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             design, _, t = pol.rpartition("_s") if pol not in ("random", best) else (None, "", "")
-            rec.add_row(chunk, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
+            c = chunk
+            if "_carried_from" in r:
+                src = r["_carried_from"]
+                if src["id"] not in carried_chunk:
+                    carried_chunk[src["id"]] = rec.chunk(src, note=f"carried from the committed confirmation "
+                                                                   f"record's chunk {src['id']}: models not on this machine")
+                c = carried_chunk[src["id"]]
+            rec.add_row(c, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
                         role="learned" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
                         objective=sc.objective, value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
+        rows = {**old, **played}
         ep = {"scenario": name}
         for design in sorted({p.rpartition("_s")[0] for p, _ in rows if p not in ("random", best)}):
             e = {"scenario": name, "design": design, "best_heuristic": best, "objective": sc.objective,
@@ -377,6 +394,21 @@ def build_confirm_record(args: argparse.Namespace) -> records.Record:
             entries.append(e)
     rec.notes["confirm"] = entries
     return rec
+
+
+def carried_confirm(args: argparse.Namespace) -> Dict[str, Dict[Tuple[str, int], Dict[str, Any]]]:
+    """The committed confirmation record's rows by scenario, keyed as the episodes files are (``<design>_s<t>`` or the
+    heuristic's name, seed), each with the chunk it was recorded in: a session re-plays only its own designs' models
+    and keeps what earlier sessions confirmed (nothing is carried for a smoke run)."""
+    if args.smoke or not CONFIRM_RESULT.is_file():
+        return {}
+    committed = records.load(CONFIRM_RESULT)
+    chunks = {c["id"]: c for c in committed["chunks"]}
+    out: Dict[str, Dict[Tuple[str, int], Dict[str, Any]]] = {}
+    for r in committed["rows"]:
+        key = r["policy"] if r["training_seed"] is None else f"{r['policy']}_s{r['training_seed']}"
+        out.setdefault(r["scenario"], {})[(key, r["seed"])] = {**r, "_carried_from": chunks[r["chunk"]]}
+    return out
 
 
 def confirm_table(rec: records.Record) -> str:

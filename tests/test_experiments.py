@@ -288,3 +288,19 @@ def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenari
         policy = json.loads((tmp_path / "set_es" / "MixedWorst10" / f"seed{t}" / "set_es.json").read_text())
         assert policy["scenario"] == "MixedWorst10"
     assert _docs_state() == before
+
+
+def test_bench_rl_confirm_carries_the_committed_confirmations(tmp_path):
+    """--part confirm re-plays only the models on this machine: with none here, the confirmation record built from
+    the committed one gives its entries exactly, each carried row in a chunk naming the commit it came from."""
+    import argparse
+
+    from experiments import bench_rl
+
+    ns = argparse.Namespace(out=tmp_path, smoke=False, scenarios=[], train_seeds=list(bench_rl.TRAIN_SEEDS),
+                            confirm_seeds=list(bench_rl.CONFIRM_SEEDS))
+    rec = bench_rl.build_confirm_record(ns)
+    committed = records.load(bench_rl.CONFIRM_RESULT)
+    assert rec.notes["confirm"] == committed["notes"]["confirm"] and len(rec.rows) == len(committed["rows"])
+    commits = {c["id"]: c.get("commit") for c in rec.to_dict()["chunks"]}
+    assert {commits[r["chunk"]] for r in rec.rows} <= {c.get("commit") for c in committed["chunks"]}
