@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from fedsel_env.bench import BENCH_SCENARIOS, normalised_score, scenario  # noqa: E402
 from fedsel_eval import markdown, records  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
-from fedsel_eval.stats import holm, t_interval  # noqa: E402
+from fedsel_eval.learned import best_heuristic  # noqa: E402
+from fedsel_eval.stats import holm  # noqa: E402
 
 #: the family a generalist of each objective is trained on (fedsel_env/families.py)
 FAMILY_OF = {"rounds_to_target": "MixedRounds", "time_to_target": "MixedTime", "acc_worst10": "MixedWorst10"}
@@ -73,20 +74,6 @@ def part_train(args: argparse.Namespace) -> None:
                     cmd += ["--resume"]
                 print(" ".join(cmd[1:]), flush=True)
                 subprocess.run(cmd, check=True, cwd=ROOT)
-
-
-def best_heuristic(name: str, ref: Sequence[Dict[str, Any]]) -> str:
-    """The hand-written agent with the best mean objective on the scenario's reporting seeds in the committed
-    reference (random and the oracle excluded): chosen there, where the track compares with it."""
-    import numpy as np
-
-    sc = scenario(name)
-    means: Dict[str, List[float]] = {}
-    for r in ref:
-        if r["scenario"] == name and r["policy"] not in ("random", "lookahead"):
-            means.setdefault(r["policy"], []).append(float(r["value"]))
-    pick = min if sc.lower_is_better else max
-    return pick(sorted(means), key=lambda p: float(np.mean(means[p])))
 
 
 def models(args: argparse.Namespace, name: str) -> List[str]:
@@ -150,15 +137,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
                  "normalised": normalised_score(mean["random"], oracle_mean, m) if oracle else None,
                  "best_heuristic_normalised": normalised_score(mean["random"], oracle_mean, mean[best]) if oracle else None}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
-                across = rec.summarise(f"{name}: {design} (generalist) − {tag} ({other}), across training seeds",
-                                       "paired_t_across", "value", where={**ep, "policy": design},
-                                       minus={**ep, "policy": other})
-                cond = rec.summarise(f"{name}: {design} (generalist) − {tag} ({other}), paired by seed", "paired_t",
-                                     "value", where={**ep, "policy": design}, minus={**ep, "policy": other})
-                e[f"delta_vs_{tag}"] = across["mean"]
-                e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
-                e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
-                e[f"p_vs_{tag}"] = t_interval(across["per_training_seed"]).p
+                rec.compare(f"{name}: {design} (generalist) − {tag} ({other})", {**ep, "policy": design},
+                            {**ep, "policy": other}, tag, e)
             entries.append(e)
     family = [(i, tag) for i in range(len(entries)) for tag in ("random", "best_heuristic")]
     for (i, tag), p in zip(family, holm([entries[i][f"p_vs_{tag}"] for i, tag in family])):

@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from fedsel_env.bench import REPORTING_SEEDS, SCENARIOS, normalised_score, scenario  # noqa: E402
 from fedsel_eval import markdown, records, rl_curves  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
+from fedsel_eval.learned import best_heuristic  # noqa: E402
 from fedsel_eval.stats import holm, t_interval  # noqa: E402
 
 RESULT = ROOT / "experiments" / "results" / "bench_rl.json"
@@ -155,20 +156,6 @@ def training_cost(args: argparse.Namespace, design: str, name: str) -> Dict[str,
     return out
 
 
-def best_heuristic(name: str, ref: Sequence[Dict[str, Any]]) -> str:
-    """The hand-written agent with the best mean objective in the committed reference (random and the oracle
-    excluded)."""
-    import numpy as np
-
-    sc = scenario(name)
-    means: Dict[str, List[float]] = {}
-    for r in ref:
-        if r["scenario"] == name and r["policy"] not in ("random", "lookahead"):
-            means.setdefault(r["policy"], []).append(float(r["value"]))
-    pick = min if sc.lower_is_better else max
-    return pick(sorted(means), key=lambda p: float(np.mean(means[p])))
-
-
 def policies(args: argparse.Namespace, name: str) -> List[str]:
     out = []
     for design, d in DESIGNS.items():
@@ -242,15 +229,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
                  **(training_cost(args, design.removesuffix("_sampled"), name) if design not in old["designs"].get(name, ())
                     else old["cost"][(name, design)])}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
-                cond = rec.summarise(f"{name}: {design} − {tag} ({other}), paired by seed", "paired_t", "value",
-                                     where={**ep, "policy": design}, minus={**ep, "policy": other})
-                across = rec.summarise(f"{name}: {design} − {tag} ({other}), across training seeds", "paired_t_across",
-                                       "value", where={**ep, "policy": design}, minus={**ep, "policy": other})
-                per_seed = across["per_training_seed"]
-                e[f"delta_vs_{tag}"] = across["mean"]
-                e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
-                e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
-                e[f"p_vs_{tag}"] = t_interval(per_seed).p  # the t-test of the per-seed means
+                rec.compare(f"{name}: {design} − {tag} ({other})", {**ep, "policy": design}, {**ep, "policy": other},
+                            tag, e)
             entries.append(e)
         for design, d in DESIGNS.items():  # the training episodes' curves (fedsel_eval.rl_curves), in env rounds
             per_round = rounds_per_step(design, name)
@@ -383,14 +363,9 @@ def build_confirm_record(args: argparse.Namespace) -> records.Record:
                  "lower_is_better": sc.lower_is_better,
                  "mean": rec.summarise(f"{name} confirm: {design} mean", "mean", "value", where={**ep, "policy": design})}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
-                across = rec.summarise(f"{name} confirm: {design} − {tag} ({other}), across training seeds",
-                                       "paired_t_across", "value", where={**ep, "policy": design},
-                                       minus={**ep, "policy": other})
-                cond = rec.summarise(f"{name} confirm: {design} − {tag} ({other}), paired by seed", "paired_t",
-                                     "value", where={**ep, "policy": design}, minus={**ep, "policy": other})
-                e[f"delta_vs_{tag}"] = across["mean"]
-                e[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
-                e[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
+                rec.compare(f"{name} confirm: {design} − {tag} ({other})", {**ep, "policy": design},
+                            {**ep, "policy": other}, tag, e)
+                del e[f"p_vs_{tag}"]  # the confirmation record's entries as they were first written
             entries.append(e)
     rec.notes["confirm"] = entries
     return rec

@@ -285,6 +285,23 @@ class Record:
         self.summaries.append(s)
         return s["value"]
 
+    def compare(self, name: str, where: Mapping[str, Any], minus: Mapping[str, Any], tag: str,
+                into: Dict[str, Any]) -> Dict[str, Any]:
+        """A trained method's paired difference (``where`` − ``minus``, paired by seed) as two summaries — across
+        training seeds (``paired_t_across``, ``<name>, across training seeds``: the method's CI) and paired by seed
+        (``paired_t``, ``<name>, paired by seed``: conditional on the trained models) — written into ``into`` as
+        ``delta_vs_<tag>``, ``delta_vs_<tag>_ci_across``, ``delta_vs_<tag>_ci`` and ``p_vs_<tag>`` (the t-test of the
+        per-seed means); returns ``into``."""
+        from .stats import t_interval as t_test
+
+        across = self.summarise(f"{name}, across training seeds", "paired_t_across", "value", where=where, minus=minus)
+        cond = self.summarise(f"{name}, paired by seed", "paired_t", "value", where=where, minus=minus)
+        into[f"delta_vs_{tag}"] = across["mean"]
+        into[f"delta_vs_{tag}_ci_across"] = [across["lo"], across["hi"]]
+        into[f"delta_vs_{tag}_ci"] = [cond["lo"], cond["hi"]]
+        into[f"p_vs_{tag}"] = t_test(across["per_training_seed"]).p
+        return into
+
     def value(self, name: str) -> Any:
         """A summary's value by name."""
         for s in self.summaries:
