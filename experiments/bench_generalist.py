@@ -145,7 +145,24 @@ def build_record(args: argparse.Namespace) -> records.Record:
         entries[i][f"p_holm_vs_{tag}"] = p
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in entries]
+    # what each generalist leans on: set_es's weights by token column (standardised columns, so comparable)
+    rec.notes["weights"] = {FAMILY_OF[o]: {str(t): json.loads((run_folder(args.out, "set_es", o, t) / "set_es.json")
+                                                              .read_text())["params"]
+                                           for t in args.train_seeds
+                                           if (run_folder(args.out, "set_es", o, t) / "set_es.json").is_file()}
+                            for o in FAMILY_OF}
     return rec
+
+
+def weights_table(rec: records.Record) -> str:
+    """The generalists' set_es weights by token column, one column per family and training seed."""
+    cols = [(fam, t, w) for fam, seeds in rec.notes.get("weights", {}).items() for t, w in seeds.items()]
+    if not cols:
+        return ""
+    names = list(cols[0][2])
+    return markdown.table(["token column", *[f"{fam} seed {t}" for fam, t, _ in cols]],
+                          [[f"`{n}`", *[f"{w.get(n, float('nan')):+.2f}" for _f, _t, w in cols]] for n in names],
+                          align="l" + "r" * len(cols)).rstrip("\n")
 
 
 def table(rec: records.Record) -> str:
@@ -203,8 +220,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             rec.write(RESULT[args.on], written_by={"command": " ".join(["experiments/bench_generalist.py",
                                                                         *(argv or sys.argv[1:])])})
             if args.on == "reporting":
-                markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:generalist", table(rec))
-        print(table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
+                markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:generalist",
+                                table(rec) + "\n\nThe generalists' weights by token column:\n\n" + weights_table(rec))
+        print(table(rec) + "\n\n" + weights_table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
 
 
 if __name__ == "__main__":

@@ -287,6 +287,7 @@ def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenari
     for t in (0, 1):  # trained on the family, never on Churn
         policy = json.loads((tmp_path / "set_es" / "MixedWorst10" / f"seed{t}" / "set_es.json").read_text())
         assert policy["scenario"] == "MixedWorst10"
+        assert rec["notes"]["weights"]["MixedWorst10"][str(t)] == policy["params"]  # what it leans on, in the record
     assert _docs_state() == before
 
 
