@@ -177,12 +177,14 @@ def table(rec: records.Record) -> str:
         spec = "+.1f" if e["objective"] in ("rounds_to_target", "time_to_target") else "+.3f"
         norm = "—" if e["normalised"] is None else f"{e['normalised']:+.2f} ({e['best_heuristic_normalised']:+.2f})"
         rows.append([e["scenario"], f"`{e['design']}` on `family:{e['family']}`", format(e["mean"], spec[1:]),
-                     f"{format(e['delta_vs_random'], spec)} {ci(e['delta_vs_random_ci_across'], spec)}",
-                     num(e["p_holm_vs_random"]),
-                     f"{format(e['delta_vs_best_heuristic'], spec)} {ci(e['delta_vs_best_heuristic_ci_across'], spec)}"
-                     f" vs `{e['best_heuristic']}`", num(e["p_holm_vs_best_heuristic"]), norm])
-    return markdown.table(["scenario", "generalist", "mean", "Δ vs random, across training seeds", "p_holm",
-                           "Δ vs best heuristic, across training seeds", "p_holm", "normalised (best heuristic's)"],
+                     f"{format(e['delta_vs_random'], spec)} {ci(e['delta_vs_random_ci_across'], spec)} "
+                     f"({ci(e['delta_vs_random_ci'], spec)})", num(e["p_holm_vs_random"]),
+                     f"{format(e['delta_vs_best_heuristic'], spec)} {ci(e['delta_vs_best_heuristic_ci_across'], spec)} "
+                     f"({ci(e['delta_vs_best_heuristic_ci'], spec)}) vs `{e['best_heuristic']}`",
+                     num(e["p_holm_vs_best_heuristic"]), norm])
+    return markdown.table(["scenario", "generalist", "mean", "Δ vs random, across training seeds (conditional)",
+                           "p_holm", "Δ vs best heuristic, across training seeds (conditional)", "p_holm",
+                           "normalised (best heuristic's)"],
                           rows, align="lllrlrlr").rstrip("\n")
 
 
