@@ -81,12 +81,14 @@ def test_every_config_entry_is_an_rl_zoo3_entry(path):
 
 @pytest.mark.parametrize("design", DESIGN_CONFIGS)
 def test_every_design_config_entry_is_a_valid_run_of_its_trainer(design):
-    """configs/<design>.yml: every entry (keyed by a bench scenario's id, or default) a valid run of the design."""
+    """configs/<design>.yml: every entry (keyed by a bench scenario's id, a registered scenario family's
+    ``family:<Name>``, or default) a valid run of the design."""
     from agents.training import trainers
     from fedsel_env.bench import BENCH_IDS
+    from fedsel_env.families import FAMILIES, PREFIX
 
     table = yaml.safe_load((CONFIG_DIR / f"{design}.yml").read_text())
-    assert "default" in table and set(table) <= set(BENCH_IDS) | {"default"}
+    assert "default" in table and set(table) <= set(BENCH_IDS) | {PREFIX + f for f in FAMILIES} | {"default"}
     for key in table:
         entry = trainers.trainer(design)
         entry.check(key if key != "default" else "Churn", 0, trainers.load_settings(design, key if key != "default"
