@@ -291,7 +291,9 @@ def carried_record(args: argparse.Namespace) -> Dict[str, Any]:
             out["designs"].setdefault(r["scenario"], set()).add(design)
     for e in committed["notes"].get("leaderboard", []):
         out["cost"][(e["scenario"], e["design"])] = {"train_rounds": e.get("train_rounds", []),
-                                                     "train_minutes": e.get("train_minutes", [])}
+                                                     "train_minutes": e.get("train_minutes", []),
+                                                     **({"train_machines": e["train_machines"]}
+                                                        if "train_machines" in e else {})}
     return out
 
 
