@@ -11,9 +11,15 @@ docs/BENCHMARK.md's block) or on its tuning seeds (``--on tuning``: a probe, its
 scenario and design, an entry with ``"generalist": true``, the difference against random and the best heuristic
 with the 95% CI across training seeds, the normalised score and a Holm correction over every comparison in it.
 
+``--part transfer`` measures what transfers: each scenario's own ``set_es`` models (the weights
+``experiments/bench_learned.py`` trained on it, kept as rows of ``experiments/results/bench_learned.json``) played on
+every other scenario's seeds; with the diagonal (each model on its own scenario: bench_learned's rows) and the
+generalists, the transfer table (:func:`fedsel_eval.generalist.transfer_table`).
+
     .venv/bin/python experiments/bench_generalist.py --part train --objectives rounds_to_target
     .venv/bin/python experiments/bench_generalist.py --part eval --on tuning --scenarios NoisyLabels,FreeRiders
     .venv/bin/python experiments/bench_generalist.py --part report --on tuning
+    .venv/bin/python experiments/bench_generalist.py --part transfer --scenarios NoisyLabels,FreeRiders --n-envs 4
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from fedsel_env.bench import BENCH_SCENARIOS, normalised_score, scenario  # noqa: E402
 from fedsel_eval import markdown, records  # noqa: E402
+from fedsel_eval.generalist import table, transfer_table, versus_table, weights_table  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
 from fedsel_eval.learned import best_heuristic  # noqa: E402
 from fedsel_eval.stats import holm  # noqa: E402
@@ -39,6 +46,8 @@ FAMILY_OF = {"rounds_to_target": "MixedRounds", "time_to_target": "MixedTime", "
 #: design → its --algo (budget and settings: configs/<algo>.yml's family:<Family> entry)
 DESIGNS = {"set_es": {"algo": "set_es"}}
 TRAIN_SEEDS = (0, 1, 2)
+#: bench_learned's record: each scenario's own set_es models (its "weights" rows) and their episodes ("learned")
+LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"
 RESULT = {"reporting": ROOT / "experiments" / "results" / "bench_generalist.json",
           "tuning": ROOT / "experiments" / "results" / "bench_generalist_tuning.json"}
 #: --smoke: set_es on MixedWorst10 (Churn's objective) for one generation of 2 federations × 2 candidates at 3 rounds,
@@ -100,6 +109,54 @@ def part_eval(args: argparse.Namespace) -> None:
                      {**sc.env_config(), **args.overrides}, log=lambda line: print(line, flush=True))
 
 
+def per_scenario_models(out: Path, learned: Path = LEARNED) -> Dict[str, Dict[int, Path]]:
+    """Each scenario's own ``set_es`` models, by scenario and training seed: bench_learned's committed weights (its
+    record's ``"weights"`` rows, design ``set_es``) written as run folders under ``out/per_scenario`` that
+    ``evaluate.py --policy`` and the bench play like any trained run (a folder is rewritten only when it differs)."""
+    params: Dict[tuple, Dict[str, float]] = {}
+    for r in records.load(learned)["rows"]:
+        if r.get("role") == "weights" and r.get("design") == "set_es":
+            params.setdefault((r["scenario"], int(r["training_seed"])), {})[r["param"]] = r["value"]
+    found: Dict[str, Dict[int, Path]] = {}
+    for (name, t), p in sorted(params.items()):
+        folder = out / "per_scenario" / "set_es" / name / f"seed{t}"
+        text = json.dumps({"params": p, "scenario": name, "training_seed": t,
+                           "source": f"{learned.name}: the weights rows of set_es on {name}, training seed {t}"},
+                          indent=1) + "\n"
+        path = folder / "set_es.json"
+        if not path.is_file() or path.read_text() != text:
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        found.setdefault(name, {})[t] = folder
+    return found
+
+
+def part_transfer(args: argparse.Namespace) -> None:
+    """Each scenario's own ``set_es`` models played on the other scenarios (``--scenarios``: the targets), beside
+    random and the target's best heuristic, in the folder ``--part eval`` plays the generalists in (one set of
+    reference episodes per scenario)."""
+    ref = reference_rows()
+    found = per_scenario_models(args.out)
+    for name in args.scenarios:
+        sc = scenario(name)
+        policies = [f"set_es_from_{src}_s{t}={folder}" for src, by_seed in found.items() if src != name
+                    for t, folder in sorted(by_seed.items()) if t in args.train_seeds]
+        seeds = args.seeds or list(sc.reporting_seeds)
+        run_scenario(args.out / "eval_reporting" / name, sc, ["random", best_heuristic(name, ref), *policies], seeds,
+                     {**sc.env_config(), **args.overrides}, n_envs=args.n_envs, log=lambda line: print(line, flush=True))
+
+
+def _role(policy: str, best: str) -> tuple:
+    """(role, design, training seed, source) of an episode row's policy label in an eval folder."""
+    if "_gen_s" in policy:
+        design, _, t = policy.rpartition("_gen_s")
+        return "generalist", design, int(t), None
+    if policy.startswith("set_es_from_"):
+        source, _, t = policy[len("set_es_from_"):].rpartition("_s")
+        return "transfer", "set_es", int(t), source
+    return {"random": "random", best: "best_heuristic"}.get(policy), policy, None, None
+
+
 def build_record(args: argparse.Namespace) -> records.Record:
     import numpy as np
 
@@ -108,95 +165,97 @@ def build_record(args: argparse.Namespace) -> records.Record:
                          config={"designs": DESIGNS, "families": FAMILY_OF, "train_seeds": list(args.train_seeds),
                                  "on": args.on})
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
-                      note=f"episodes played by --part eval --on {args.on}, gathered here")
-    entries = []
+                      note=f"episodes played by --part eval and --part transfer --on {args.on}, gathered here")
+    learned = records.load(LEARNED) if args.on == "reporting" and LEARNED.is_file() else {"rows": []}
+    own = None
+    entries, cells = [], []
     for name in args.scenarios:
         path = args.out / f"eval_{args.on}" / name / "episodes.jsonl"
         if not path.is_file():
             continue
         sc, best = scenario(name), best_heuristic(name, ref)
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
+        seeds = sorted({seed for _p, seed in rows})
+        shas = {r["config_sha"] for r in rows.values()}
         for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            design, _, t = pol.rpartition("_gen_s") if "_gen_s" in pol else (None, "", "")
-            rec.add_row(chunk, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
-                        generalist=bool(design), family=FAMILY_OF.get(sc.objective) if design else None,
-                        role="generalist" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
-                        objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
-                        config_sha=r["config_sha"])
-        oracle = [r["value"] for r in ref if r["scenario"] == name and r["policy"] == "lookahead"
-                  and (args.on == "reporting" or r["seed"] in sc.tuning_seeds)]
+            role, design, t, source = _role(pol, best)
+            if role is None or (role == "transfer" and t not in args.train_seeds) or \
+                    (role == "generalist" and t not in args.train_seeds):
+                continue
+            rec.add_row(chunk, scenario=name, policy=design, training_seed=t, generalist=role == "generalist",
+                        family=FAMILY_OF.get(sc.objective) if role == "generalist" else None, source=source,
+                        role=role, seed=seed, objective=sc.objective, value=r["value"], censored=r["censored"],
+                        rounds=r["rounds"], config_sha=r["config_sha"])
+        # the diagonal: the scenario's own set_es models on its reporting seeds (bench_learned's episodes)
+        diag = [r for r in learned["rows"] if r.get("role") == "learned" and r.get("policy") == "set_es"
+                and r["scenario"] == name and r["seed"] in seeds and r["training_seed"] in args.train_seeds
+                and r["config_sha"] in shas]  # the same env config as the episodes here (not a smoke run's)
+        if diag and any(_role(p, best)[0] == "transfer" for p, _s in rows):
+            if own is None:
+                c = next(c for c in learned["chunks"] if c["id"] == diag[0]["chunk"])
+                own = rec.chunk({"commit": c["commit"], "dirty": c.get("dirty")},
+                                note=f"carried: {LEARNED.name}'s set_es episodes on the scenario each model was "
+                                     f"trained on (its rows of role 'learned')")
+            for r in diag:
+                rec.add_row(own, scenario=name, policy="set_es", training_seed=r["training_seed"], generalist=False,
+                            family=None, source=name, role="transfer", seed=r["seed"], objective=sc.objective,
+                            value=r["value"], censored=r["censored"], rounds=r["rounds"], config_sha=r["config_sha"])
+        oracle = [r["value"] for r in ref if r["scenario"] == name and r["policy"] == "lookahead" and r["seed"] in seeds
+                  and r["config_sha"] in shas]  # the oracle on these episodes' config (none for a smoke run's)
         oracle_mean = float(np.mean(oracle)) if oracle else math.nan
         ep = {"scenario": name}
-        mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value", where={**ep, "policy": p})
-                for p in ("random", best)}
-        for design in sorted({r["policy"].rpartition("_gen_s")[0] for r in rows.values() if "_gen_s" in r["policy"]}):
-            m = rec.summarise(f"{name}: {design} (generalist) mean {sc.objective}", "mean", "value",
-                              where={**ep, "policy": design})
-            e = {"generalist": True, "scenario": name, "design": design, "family": FAMILY_OF[sc.objective],
-                 "objective": sc.objective, "lower_is_better": sc.lower_is_better, "best_heuristic": best, "mean": m,
+        mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value", where={**ep, "role": role})
+                for p, role in (("random", "random"), (best, "best_heuristic"))}
+
+        def entry(label: str, where: Dict[str, Any], **fields: Any) -> Dict[str, Any]:
+            m = rec.summarise(f"{name}: {label} mean {sc.objective}", "mean", "value", where=where)
+            e = {**fields, "scenario": name, "objective": sc.objective, "lower_is_better": sc.lower_is_better,
+                 "best_heuristic": best, "mean": m,
                  "normalised": normalised_score(mean["random"], oracle_mean, m) if oracle else None,
-                 "best_heuristic_normalised": normalised_score(mean["random"], oracle_mean, mean[best]) if oracle else None}
+                 "best_heuristic_normalised": normalised_score(mean["random"], oracle_mean, mean[best]) if oracle
+                 else None}
             for other, tag in (("random", "random"), (best, "best_heuristic")):
-                rec.compare(f"{name}: {design} (generalist) − {tag} ({other})", {**ep, "policy": design},
-                            {**ep, "policy": other}, tag, e)
-            entries.append(e)
-    family = [(i, tag) for i in range(len(entries)) for tag in ("random", "best_heuristic")]
-    for (i, tag), p in zip(family, holm([entries[i][f"p_vs_{tag}"] for i, tag in family])):
-        entries[i][f"p_holm_vs_{tag}"] = p
-    rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
-                                for e in entries]
+                rec.compare(f"{name}: {label} − {tag} ({other})", where, {**ep, "role": tag}, tag, e)
+            return e
+
+        for design in sorted({r["policy"] for r in rec.rows if r.get("role") == "generalist" and r["scenario"] == name}):
+            entries.append(entry(f"{design} (generalist)", {**ep, "role": "generalist", "policy": design},
+                                 generalist=True, design=design, family=FAMILY_OF[sc.objective]))
+        for source in dict.fromkeys(r["source"] for r in rec.rows if r.get("role") == "transfer" and r["scenario"] == name):
+            cells.append(entry(f"set_es trained on {source}", {**ep, "role": "transfer", "source": source},
+                               generalist=False, design="set_es", source=source))
+    family = [(x, tag) for x in [*entries, *cells] for tag in ("random", "best_heuristic")]
+    for (x, tag), p in zip(family, holm([x[f"p_vs_{tag}"] for x, tag in family])):
+        x[f"p_holm_vs_{tag}"] = p
+    clean = lambda e: {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}  # noqa: E731
+    rec.notes["leaderboard"] = [clean(e) for e in entries]
+    rec.notes["transfer"] = [clean(e) for e in cells] + [clean({**e, "source": "generalist"}) for e in entries]
+    rec.notes["holm_family"] = len(family)
     # what each generalist leans on: set_es's weights by token column (standardised columns, so comparable)
     rec.notes["weights"] = {FAMILY_OF[o]: {str(t): json.loads((run_folder(args.out, "set_es", o, t) / "set_es.json")
                                                               .read_text())["params"]
                                            for t in args.train_seeds
                                            if (run_folder(args.out, "set_es", o, t) / "set_es.json").is_file()}
                             for o in FAMILY_OF}
+    # and each per-scenario model that played in the transfer table
+    sources = {e["source"] for e in cells}
+    rec.notes["source_weights"] = {
+        src: {str(t): json.loads((f / "set_es.json").read_text())["params"] for t, f in sorted(by_seed.items())
+              if t in args.train_seeds}
+        for src, by_seed in (per_scenario_models(args.out).items() if sources else ()) if src in sources}
     return rec
-
-
-def weights_table(rec: records.Record) -> str:
-    """The generalists' set_es weights by token column, one column per family and training seed."""
-    cols = [(fam, t, w) for fam, seeds in rec.notes.get("weights", {}).items() for t, w in seeds.items()]
-    if not cols:
-        return ""
-    names = list(cols[0][2])
-    return markdown.table(["token column", *[f"{fam} seed {t}" for fam, t, _ in cols]],
-                          [[f"`{n}`", *[f"{w.get(n, float('nan')):+.2f}" for _f, _t, w in cols]] for n in names],
-                          align="l" + "r" * len(cols)).rstrip("\n")
-
-
-def table(rec: records.Record) -> str:
-    def ci(v: Sequence[Optional[float]], spec: str) -> str:
-        return "—" if None in v else f"[{format(v[0], spec)}, {format(v[1], spec)}]"
-
-    def num(x: Optional[float]) -> str:
-        return "—" if x is None else f"{x:.3g}"
-
-    rows = []
-    for e in rec.notes["leaderboard"]:
-        spec = "+.1f" if e["objective"] in ("rounds_to_target", "time_to_target") else "+.3f"
-        norm = "—" if e["normalised"] is None else f"{e['normalised']:+.2f} ({e['best_heuristic_normalised']:+.2f})"
-        rows.append([e["scenario"], f"`{e['design']}` on `family:{e['family']}`", format(e["mean"], spec[1:]),
-                     f"{format(e['delta_vs_random'], spec)} {ci(e['delta_vs_random_ci_across'], spec)} "
-                     f"({ci(e['delta_vs_random_ci'], spec)})", num(e["p_holm_vs_random"]),
-                     f"{format(e['delta_vs_best_heuristic'], spec)} {ci(e['delta_vs_best_heuristic_ci_across'], spec)} "
-                     f"({ci(e['delta_vs_best_heuristic_ci'], spec)}) vs `{e['best_heuristic']}`",
-                     num(e["p_holm_vs_best_heuristic"]), norm])
-    return markdown.table(["scenario", "generalist", "mean", "Δ vs random, across training seeds (conditional)",
-                           "p_holm", "Δ vs best heuristic, across training seeds (conditional)", "p_holm",
-                           "normalised (best heuristic's)"],
-                          rows, align="lllrlrlr").rstrip("\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "report", "all"), default="all")
+    p.add_argument("--part", choices=("train", "eval", "transfer", "report", "all"), default="all")
     p.add_argument("--objectives", default=",".join(FAMILY_OF), help="comma-separated objectives to train for")
     p.add_argument("--scenarios", default=",".join(sc.name for sc in BENCH_SCENARIOS))
     p.add_argument("--on", choices=("reporting", "tuning"), default="reporting",
                    help="the scenarios' reporting seeds (the track) or their tuning seeds (a probe, its own record)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_generalist")
+    p.add_argument("--n-envs", type=int, default=1, help="--part transfer: episodes played at once (vector env)")
     p.add_argument("--no-publish", action="store_true", help="write the record to --out only")
     p.add_argument("--smoke", action="store_true", help="tiny: " + json.dumps(SMOKE) + "; publishes nothing")
     args = p.parse_args(argv)
@@ -214,17 +273,22 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         part_train(args)
     if args.part in ("eval", "all"):
         part_eval(args)
+    if args.part in ("transfer", "all"):
+        part_transfer(args)
     if args.part in ("report", "all"):
         rec = build_record(args)
         rec.write(args.out / f"record_{args.on}.json",
                   written_by={"command": " ".join(["experiments/bench_generalist.py", *(argv or sys.argv[1:])])})
-        if rec.notes["leaderboard"] and not args.no_publish:
+        text = {"bench:generalist": table(rec) + "\n\nThe generalists' weights by token column:\n\n" + weights_table(rec),
+                "bench:transfer": transfer_table(rec) + "\n\n" + versus_table(rec, records.load(LEARNED))}
+        if (rec.notes["leaderboard"] or rec.notes["transfer"]) and not args.no_publish:
             rec.write(RESULT[args.on], written_by={"command": " ".join(["experiments/bench_generalist.py",
                                                                         *(argv or sys.argv[1:])])})
             if args.on == "reporting":
-                markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:generalist",
-                                table(rec) + "\n\nThe generalists' weights by token column:\n\n" + weights_table(rec))
-        print(table(rec) + "\n\n" + weights_table(rec) if rec.notes["leaderboard"] else "nothing evaluated yet")
+                for marker in (m for m, key in (("bench:generalist", "leaderboard"), ("bench:transfer", "transfer"))
+                               if rec.notes[key]):
+                    markdown.splice(ROOT / "docs" / "BENCHMARK.md", marker, text[marker])
+        print("\n\n".join(text.values()) if rec.notes["transfer"] else "nothing evaluated yet")
 
 
 if __name__ == "__main__":

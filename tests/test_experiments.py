@@ -284,6 +284,20 @@ def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenari
     assert e["family"] == "MixedWorst10" and e["best_heuristic"] == "pow_d"
     assert "normalised" in e and len(e["delta_vs_random_ci_across"]) == 2
     assert {r["training_seed"] for r in rec["rows"] if r["role"] == "generalist"} == {0, 1}
+    # what transfers: every other scenario's own set_es models (bench_learned's weights) played on Churn, one table cell
+    # each with its differences across training seeds, in one Holm family with the generalist's
+    learned = records.load(bench_generalist.LEARNED)
+    sources = {r["scenario"] for r in learned["rows"] if r.get("role") == "weights" and r.get("design") == "set_es"}
+    cells = [c for c in rec["notes"]["transfer"] if c["source"] != "generalist"]
+    assert {c["source"] for c in cells} == sources - {"Churn"} and all(c["scenario"] == "Churn" for c in cells)
+    assert all(len(c["delta_vs_best_heuristic_ci_across"]) == 2 and "p_holm_vs_random" in c for c in cells)
+    assert rec["notes"]["holm_family"] == 2 * (len(cells) + 1)
+    assert not [r for r in rec["rows"] if r["role"] == "transfer" and r["source"] == "Churn"]  # 3-round smoke: not
+    # the committed full episodes
+    folder = tmp_path / "per_scenario" / "set_es" / "FreeRiders" / "seed0"  # a playable run folder of the weights
+    assert json.loads((folder / "set_es.json").read_text())["params"] == {
+        r["param"]: r["value"] for r in learned["rows"] if r.get("role") == "weights" and r.get("design") == "set_es"
+        and r["scenario"] == "FreeRiders" and r["training_seed"] == 0}
     for t in (0, 1):  # trained on the family, never on Churn
         policy = json.loads((tmp_path / "set_es" / "MixedWorst10" / f"seed{t}" / "set_es.json").read_text())
         assert policy["scenario"] == "MixedWorst10"
