@@ -102,7 +102,7 @@ def transfer_table(rec: records.Record) -> str:
         for t in targets:
             e = next((c for c in cells if c["source"] == s and c["scenario"] == t), None)
             cell = "·" if e is None else f"{_num(e['normalised'], '+.2f')}{_mark(e)}"
-            row.append(f"**{cell}**" if s == t else cell)
+            row.append(f"**{cell}**" if s == t and e is not None else cell)
         w = weights.get(s)
         lines.append([s if not s.startswith("family:") else f"generalist `{s}`", *row,
                       leans_on(list(w.values())) if w else ""])
