@@ -84,7 +84,7 @@ def _mark(e: Mapping[str, Any]) -> str:
 
 
 def transfer_table(rec: records.Record) -> str:
-    """Sources (the scenario a ``set_es`` model was trained on, or a generalist's family) by target scenario: the
+    """Sources (the scenario a ``set_es`` model was trained on, or ``"generalist"``) by target scenario: the
     normalised score of the mean over training seeds (0 random, 1 the oracle), ▲/▼ where the difference against
     random is clear across training seeds; the diagonal is the model on its own scenario; the last column what the
     source's weights lean on; the first line the targets' best heuristics."""
@@ -104,7 +104,7 @@ def transfer_table(rec: records.Record) -> str:
             cell = "·" if e is None else f"{_num(e['normalised'], '+.2f')}{_mark(e)}"
             row.append(f"**{cell}**" if s == t and e is not None else cell)
         w = weights.get(s)
-        lines.append([s if not s.startswith("family:") else f"generalist `{s}`", *row,
+        lines.append([s if s != "generalist" else "generalist (its objective's family)", *row,
                       leans_on(list(w.values())) if w else ""])
     return md_table(["trained on ↓ / played on →", *targets, "leans on (mean unit weights)"], lines,
                     align="l" + "r" * len(targets) + "l").rstrip("\n")
@@ -115,11 +115,11 @@ def versus_table(rec: records.Record, learned: Optional[Mapping[str, Any]] = Non
     leaderboard's best learned design on the scenario), ``set_es`` trained on the scenario, the best model trained on
     another scenario, and the generalist — normalised scores, and each learned one's difference against the best
     heuristic with its CI across training seeds."""
-    cells: List[Mapping[str, Any]] = rec.notes.get("transfer", [])
-    gen = {e["scenario"]: e for e in rec.notes.get("leaderboard", [])}
+    gen = {e["scenario"]: e for e in rec.notes.get("transfer", []) if e["source"] == "generalist"}
     by_target: Dict[str, List[Mapping[str, Any]]] = {}
-    for e in cells:
-        by_target.setdefault(e["scenario"], []).append(e)
+    for e in rec.notes.get("transfer", []):
+        if e["source"] != "generalist":
+            by_target.setdefault(e["scenario"], []).append(e)
     best_learned: Dict[str, Mapping[str, Any]] = {}
     for e in (learned or {}).get("notes", {}).get("leaderboard", []):
         if e["scenario"] not in best_learned or (e["normalised"] or -1e9) > (best_learned[e["scenario"]]["normalised"]
@@ -136,7 +136,7 @@ def versus_table(rec: records.Record, learned: Optional[Mapping[str, Any]] = Non
             return f"{_num(e['normalised'], '+.2f')} ({format(e['delta_vs_best_heuristic'], spec)} {_ci(ci, spec)})"
 
         own = next((e for e in by_target.get(t, []) if e["source"] == t), None)
-        others = [e for e in by_target.get(t, []) if e["source"] != t and not e["source"].startswith("family:")]
+        others = [e for e in by_target.get(t, []) if e["source"] != t]
         other = max(others, key=lambda e: e["normalised"] if e["normalised"] is not None else -1e9, default=None)
         bl = best_learned.get(t)
         ref = (by_target.get(t) or [gen.get(t)])[0]

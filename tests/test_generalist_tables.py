@@ -43,7 +43,7 @@ def test_the_transfer_table_puts_sources_in_rows_targets_in_columns_and_the_diag
     row = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:-1]] for ln in lines[2:]}
     assert row["A"] == ["**+0.80 ▲**", "-0.30 ▼", "`loss` +1.00, `w` +0.00"]
     assert row["B"] == ["+0.10", "·", ""]  # B's own cell not measured: a dot, never a number
-    assert row["generalist"] == ["·", "+0.40 ▲", ""]
+    assert row["generalist (its objective's family)"] == ["·", "+0.40 ▲", ""]
     assert row["best heuristic"][:2] == ["+0.50 `kcenter_cover`", "+0.50 `kcenter_cover`"]
     versus = versus_table(rec)  # per target: its own model, the best from elsewhere, the generalist
     b = next(ln for ln in versus.splitlines() if ln.startswith("| B "))
