@@ -106,7 +106,7 @@ def part_eval(args: argparse.Namespace) -> None:
         sc = scenario(name)
         seeds = args.seeds or list(sc.reporting_seeds if args.on == "reporting" else sc.tuning_seeds)
         run_scenario(args.out / f"eval_{args.on}" / name, sc, ["random", best_heuristic(name, ref), *found], seeds,
-                     {**sc.env_config(), **args.overrides}, log=lambda line: print(line, flush=True))
+                     {**sc.env_config(), **args.overrides}, n_envs=args.n_envs, log=lambda line: print(line, flush=True))
 
 
 def per_scenario_models(out: Path, learned: Path = LEARNED) -> Dict[str, Dict[int, Path]]:
@@ -255,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    help="the scenarios' reporting seeds (the track) or their tuning seeds (a probe, its own record)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_generalist")
-    p.add_argument("--n-envs", type=int, default=1, help="--part transfer: episodes played at once (vector env)")
+    p.add_argument("--n-envs", type=int, default=1, help="--part eval and transfer: episodes played at once (the vector env; the same rows)")
     p.add_argument("--no-publish", action="store_true", help="write the record to --out only")
     p.add_argument("--smoke", action="store_true", help="tiny: " + json.dumps(SMOKE) + "; publishes nothing")
     args = p.parse_args(argv)
