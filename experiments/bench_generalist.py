@@ -29,7 +29,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,13 +39,15 @@ from fedsel_eval import markdown, records  # noqa: E402
 from fedsel_eval.generalist import table, transfer_table, versus_table, weights_table  # noqa: E402
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
 from fedsel_eval.learned import best_heuristic  # noqa: E402
-from fedsel_eval.stats import holm  # noqa: E402
+from fedsel_eval.stats import holm, t_interval  # noqa: E402
 
 #: the family a generalist of each objective is trained on (fedsel_env/families.py)
 FAMILY_OF = {"rounds_to_target": "MixedRounds", "time_to_target": "MixedTime", "acc_worst10": "MixedWorst10"}
 #: design → its --algo (budget and settings: configs/<algo>.yml's family:<Family> entry)
 DESIGNS = {"set_es": {"algo": "set_es"}}
 TRAIN_SEEDS = (0, 1, 2)
+#: the best single heuristic by mean normalised score over the 8 scenarios (docs/BENCHMARK.md): the goal's bar
+BEST_SINGLE = "kcenter_cover"
 #: bench_learned's record: each scenario's own set_es models (its "weights" rows) and their episodes ("learned")
 LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"
 RESULT = {"reporting": ROOT / "experiments" / "results" / "bench_generalist.json",
@@ -169,6 +171,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
     learned = records.load(LEARNED) if args.on == "reporting" and LEARNED.is_file() else {"rows": []}
     own = None
     entries, cells = [], []
+    norm: Dict[str, Dict[str, Dict[int, float]]] = {}  # design → scenario → training seed → normalised score
+    single_norm: Dict[str, float] = {}  # scenario → the best single heuristic's normalised score
     for name in args.scenarios:
         path = args.out / f"eval_{args.on}" / name / "episodes.jsonl"
         if not path.is_file():
@@ -176,7 +180,13 @@ def build_record(args: argparse.Namespace) -> records.Record:
         sc, best = scenario(name), best_heuristic(name, ref)
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
         seeds = sorted({seed for _p, seed in rows})
-        shas = {r["config_sha"] for r in rows.values()}
+        mine = {seed: r["value"] for (p, seed), r in rows.items() if p == "random"}
+
+        def same_episodes(other: Sequence[Mapping[str, Any]]) -> bool:
+            """Whether another record's random episodes on these seeds are these (then its other rows on them are
+            episodes of the same federations: its config's hash may differ by a field that changes no trajectory)."""
+            theirs = {r["seed"]: r["value"] for r in other if r["scenario"] == name and r["policy"] == "random"}
+            return bool(mine) and all(theirs.get(seed) == v for seed, v in mine.items())
         for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             role, design, t, source = _role(pol, best)
             if role is None or (role == "transfer" and t not in args.train_seeds) or \
@@ -188,8 +198,9 @@ def build_record(args: argparse.Namespace) -> records.Record:
                         rounds=r["rounds"], config_sha=r["config_sha"])
         # the diagonal: the scenario's own set_es models on its reporting seeds (bench_learned's episodes)
         diag = [r for r in learned["rows"] if r.get("role") == "learned" and r.get("policy") == "set_es"
-                and r["scenario"] == name and r["seed"] in seeds and r["training_seed"] in args.train_seeds
-                and r["config_sha"] in shas]  # the same env config as the episodes here (not a smoke run's)
+                and r["scenario"] == name and r["seed"] in seeds and r["training_seed"] in args.train_seeds]
+        if not same_episodes([r for r in learned["rows"] if r.get("role") == "random"]):
+            diag = []  # bench_learned played other episodes (a smoke run's shorter ones here, say)
         if diag and any(_role(p, best)[0] == "transfer" for p, _s in rows):
             if own is None:
                 c = next(c for c in learned["chunks"] if c["id"] == diag[0]["chunk"])
@@ -201,7 +212,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                             family=None, source=name, role="transfer", seed=r["seed"], objective=sc.objective,
                             value=r["value"], censored=r["censored"], rounds=r["rounds"], config_sha=r["config_sha"])
         oracle = [r["value"] for r in ref if r["scenario"] == name and r["policy"] == "lookahead" and r["seed"] in seeds
-                  and r["config_sha"] in shas]  # the oracle on these episodes' config (none for a smoke run's)
+                  ] if same_episodes(ref) else []  # the reference's oracle on these episodes (none for a smoke run's)
         oracle_mean = float(np.mean(oracle)) if oracle else math.nan
         ep = {"scenario": name}
         mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value", where={**ep, "role": role})
@@ -221,6 +232,14 @@ def build_record(args: argparse.Namespace) -> records.Record:
         for design in sorted({r["policy"] for r in rec.rows if r.get("role") == "generalist" and r["scenario"] == name}):
             entries.append(entry(f"{design} (generalist)", {**ep, "role": "generalist", "policy": design},
                                  generalist=True, design=design, family=FAMILY_OF[sc.objective]))
+            if oracle:  # each training seed's normalised score, and the best single heuristic's on these episodes
+                norm.setdefault(design, {})[name] = {
+                    t: normalised_score(mean["random"], oracle_mean, float(np.mean(
+                        [r["value"] for r in rec.rows if r.get("role") == "generalist" and r["scenario"] == name
+                         and r["policy"] == design and r["training_seed"] == t]))) for t in args.train_seeds}
+                single = [r["value"] for r in ref if r["scenario"] == name and r["policy"] == BEST_SINGLE
+                          and r["seed"] in seeds]
+                single_norm[name] = normalised_score(mean["random"], oracle_mean, float(np.mean(single)))
         for source in dict.fromkeys(r["source"] for r in rec.rows if r.get("role") == "transfer" and r["scenario"] == name):
             cells.append(entry(f"set_es trained on {source}", {**ep, "role": "transfer", "source": source},
                                generalist=False, design="set_es", source=source))
@@ -231,6 +250,13 @@ def build_record(args: argparse.Namespace) -> records.Record:
     rec.notes["leaderboard"] = [clean(e) for e in entries]
     rec.notes["transfer"] = [clean(e) for e in cells] + [clean({**e, "source": "generalist"}) for e in entries]
     rec.notes["holm_family"] = len(family)
+    rec.notes["mean_normalised"] = {}
+    for design, by_sc in norm.items():  # the goal's figure: the mean over the scenarios, a CI across training seeds
+        per_seed = [float(np.mean([by_sc[n][t] for n in by_sc])) for t in args.train_seeds]
+        iv = t_interval(per_seed)
+        rec.notes["mean_normalised"][design] = {
+            "scenarios": list(by_sc), "mean": iv.mean, "ci_across": [iv.lo, iv.hi], "per_training_seed": per_seed,
+            BEST_SINGLE: float(np.mean([single_norm[n] for n in by_sc]))}
     # what each generalist leans on: set_es's weights by token column (standardised columns, so comparable)
     rec.notes["weights"] = {FAMILY_OF[o]: {str(t): json.loads((run_folder(args.out, "set_es", o, t) / "set_es.json")
                                                               .read_text())["params"]

@@ -47,9 +47,16 @@ def table(rec: records.Record) -> str:
                      f"{format(e['delta_vs_best_heuristic'], spec)} {_ci(e['delta_vs_best_heuristic_ci_across'], spec)} "
                      f"({_ci(e['delta_vs_best_heuristic_ci'], spec)}) vs `{e['best_heuristic']}`",
                      _num(e["p_holm_vs_best_heuristic"]), norm])
-    return md_table(["scenario", "generalist", "mean", "Δ vs random, across training seeds (conditional)",
+    text = md_table(["scenario", "generalist", "mean", "Δ vs random, across training seeds (conditional)",
                      "p_holm", "Δ vs best heuristic, across training seeds (conditional)", "p_holm",
                      "normalised (best heuristic's)"], rows, align="lllrlrlr").rstrip("\n")
+    for design, m in rec.notes.get("mean_normalised", {}).items():
+        single = next(k for k in m if k not in ("scenarios", "mean", "ci_across", "per_training_seed"))
+        text += (f"\n\nMean normalised score of `{design}`'s generalists over the {len(m['scenarios'])} scenarios above: "
+                 f"**{m['mean']:+.2f} {_ci(m['ci_across'], '+.2f')}** (95% CI across training seeds; per seed "
+                 f"{', '.join(f'{x:+.2f}' for x in m['per_training_seed'])}), against `{single}`'s {m[single]:+.2f} "
+                 f"on the same episodes.")
+    return text
 
 
 def weights_table(rec: records.Record) -> str:
