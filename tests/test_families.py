@@ -176,3 +176,11 @@ def test_set_es_trains_on_a_family_through_the_front_door_and_deploys_on_a_bench
          "--env-kwargs", "max_rounds=2", "--runs-dir", str(tmp_path / "eval"), "--name", "e", "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
+    # and on a scenario a user registers as a YAML file (its own objective, time to target), unchanged
+    ev = subprocess.run(
+        [sys.executable, str(ROOT / "evaluate.py"), "--env", str(ROOT / "examples" / "my_federation.yaml"), "--policy",
+         f"gen={folder}", "--policy", "random", "--seeds", "9000", "--env-kwargs", "max_rounds=2", "--runs-dir",
+         str(tmp_path / "eval"), "--name", "mine", "--no-progress"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "gen" in ev.stdout and "MyFederation" in ev.stdout + ev.stderr
