@@ -34,9 +34,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from fedsel_env import families  # noqa: E402
 from fedsel_env.bench import BENCH_SCENARIOS, normalised_score, scenario  # noqa: E402
 from fedsel_eval import markdown, records  # noqa: E402
-from fedsel_eval.generalist import table, transfer_table, versus_table, weights_table  # noqa: E402
+from fedsel_eval.generalist import (plot_family_curves, table, transfer_table, versus_table,  # noqa: E402
+                                   weights_table)
 from fedsel_eval.bench import reference_rows, run_scenario  # noqa: E402
 from fedsel_eval.learned import best_heuristic  # noqa: E402
 from fedsel_eval.stats import holm, t_interval  # noqa: E402
@@ -148,6 +150,72 @@ def part_transfer(args: argparse.Namespace) -> None:
                      {**sc.env_config(), **args.overrides}, n_envs=args.n_envs, log=lambda line: print(line, flush=True))
 
 
+def family_references(folder: Path, cache: Path, policies: Sequence[str] = ("random", BEST_SINGLE)
+                      ) -> Dict[str, Dict[int, float]]:
+    """Reference lines for a generalist's learning curve: each of ``policies`` played on the curve's draws of the run
+    in ``folder`` (its ``config.json``: the family, the eval seeds, the env overrides) as the curve plays the search
+    mean — the draw's env, reset with the draw's seed, the agent seeded with it. Kept in ``cache`` (a JSON file) by
+    family, overrides, policy and seed, so a report plays each episode once."""
+    from types import SimpleNamespace
+
+    from agents.registry import make
+    from agents.training.set_es import ESConfig
+    from fedsel_env.rollout import env_for, scenario_objectives
+
+    cfg = ESConfig(**json.loads((folder / "config.json").read_text()))
+    objective = families.family(cfg.scenario).objective
+    done = json.loads(cache.read_text()) if cache.is_file() else {}
+    key = json.dumps([cfg.scenario, cfg.env_overrides], sort_keys=True)
+    out: Dict[str, Dict[int, float]] = {}
+    for policy in policies:
+        have = done.setdefault(key, {}).setdefault(policy, {})
+        for seed in cfg.eval_seeds:
+            if str(seed) not in have:
+                values, _ = scenario_objectives(env_for(cfg.episode_env_config(int(seed))),
+                                                SimpleNamespace(objective=objective),
+                                                lambda spec, s=int(seed): make(policy, spec, seed=s), [int(seed)])
+                have[str(seed)] = values[0]
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                cache.write_text(json.dumps(done, indent=1))
+        out[policy] = {int(sd): have[str(sd)] for sd in cfg.eval_seeds}
+    return out
+
+
+def add_family_curves(rec: records.Record, args: argparse.Namespace) -> None:
+    """The generalists' learning curves into ``rec``: every curve point's episodes on the family's tuning draws
+    (role ``family_curve``), random's and kcenter_cover's on the same draws (``family_reference``), and per family
+    the first and last points' means over training seeds."""
+    chunk = None
+    for objective, fam in FAMILY_OF.items():
+        folders = {t: run_folder(args.out, "set_es", objective, t) for t in args.train_seeds}
+        folders = {t: f for t, f in folders.items() if trained(f)}
+        if not folders:
+            continue
+        chunk = chunk or rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "experiments")),
+                                   note="the generalists' learning curves (their progress.jsonl) and random's and "
+                                        "kcenter_cover's episodes on the same tuning draws, played here")
+        gens = []
+        for t, f in sorted(folders.items()):
+            cfg = json.loads((f / "config.json").read_text())
+            for row in map(json.loads, (f / "progress.jsonl").read_text().splitlines()):
+                if row.get("eval_values") is None:
+                    continue
+                gens.append(row["generation"])
+                for seed, v in zip(cfg["eval_seeds"], row["eval_values"]):
+                    rec.add_row(chunk, role="family_curve", family=fam, design="set_es", training_seed=t,
+                                generation=row["generation"], seed=seed, objective=objective, value=v)
+        for policy, by_seed in family_references(next(iter(folders.values())), args.out / "family_references.json"
+                                                 ).items():
+            for seed, v in by_seed.items():
+                rec.add_row(chunk, role="family_reference", family=fam, policy=policy, seed=seed, objective=objective,
+                            value=v)
+            rec.summarise(f"{fam}: {policy} mean {objective} on the tuning draws", "mean", "value",
+                          where={"role": "family_reference", "family": fam, "policy": policy})
+        for g in sorted({min(gens), max(gens)}):
+            rec.summarise(f"{fam}: set_es generalists' curve at generation {g}, mean over training seeds", "mean",
+                          "value", where={"role": "family_curve", "family": fam, "generation": g})
+
+
 def _role(policy: str, best: str) -> tuple:
     """(role, design, training seed, source) of an episode row's policy label in an eval folder."""
     if "_gen_s" in policy:
@@ -250,6 +318,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
     rec.notes["leaderboard"] = [clean(e) for e in entries]
     rec.notes["transfer"] = [clean(e) for e in cells] + [clean({**e, "source": "generalist"}) for e in entries]
     rec.notes["holm_family"] = len(family)
+    add_family_curves(rec, args)
     rec.notes["mean_normalised"] = {}
     for design, by_sc in norm.items():  # the goal's figure: the mean over the scenarios, a CI across training seeds
         per_seed = [float(np.mean([by_sc[n][t] for n in by_sc])) for t in args.train_seeds]
@@ -314,6 +383,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 for marker in (m for m, key in (("bench:generalist", "leaderboard"), ("bench:transfer", "transfer"))
                                if rec.notes[key]):
                     markdown.splice(ROOT / "docs" / "BENCHMARK.md", marker, text[marker])
+                if any(r.get("role") == "family_curve" for r in rec.rows):
+                    plot_family_curves(rec, ROOT / "docs" / "img" / "generalist_curves.png")
+        if args.no_publish and any(r.get("role") == "family_curve" for r in rec.rows):
+            plot_family_curves(rec, args.out / "generalist_curves.png")
         print("\n\n".join(text.values()) if rec.notes["transfer"] else "nothing evaluated yet")
 
 

@@ -7,11 +7,14 @@
 - :func:`transfer_table`: the transfer table: each scenario's own ``set_es`` models (trained on it by
   ``experiments/bench_learned.py``) and the generalists, played on every scenario; normalised scores, marked where the
   difference against random is clear across training seeds.
+- :func:`plot_family_curves`: each family's learning curves (the search mean on the family's tuning draws, per
+  training seed) against random and kcenter_cover on the same draws.
 - :func:`versus_table`: per scenario the best heuristic, the per-scenario learned rows and the generalist side by side
   (the leaderboard's "generalist" column).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -154,3 +157,41 @@ def versus_table(rec: records.Record, learned: Optional[Mapping[str, Any]] = Non
     return md_table(["scenario", "best heuristic (normalised)", "best per-scenario learned row (bench_learned)",
                      "set_es trained on it", "best set_es trained on another scenario", "generalist"],
                     lines, align="llllll").rstrip("\n")
+
+
+def plot_family_curves(rec: records.Record, path: Path) -> Path:
+    """One panel per family: each training seed's search mean on the family's tuning draws (the record's
+    ``family_curve`` rows, the mean over the draws) by CMA-ES generation, with random's and kcenter_cover's means on
+    the same draws (``family_reference``) as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rec.rows if r.get("role") == "family_curve"]
+    fams = list(dict.fromkeys(r["family"] for r in rows))
+    fig, axes = plt.subplots(1, max(len(fams), 1), figsize=(4.4 * max(len(fams), 1), 3.6), squeeze=False)
+    for ax, fam in zip(axes.flat, fams):
+        mine = [r for r in rows if r["family"] == fam]
+        objective = mine[0]["objective"]
+        for t in sorted({r["training_seed"] for r in mine}):
+            gens = sorted({r["generation"] for r in mine if r["training_seed"] == t})
+            ys = [float(np.mean([r["value"] for r in mine if r["training_seed"] == t and r["generation"] == g]))
+                  for g in gens]
+            ax.plot(gens, ys, marker="o", ms=3, label=f"set_es, training seed {t}")
+        for policy, style in (("random", "--"), ("kcenter_cover", "-.")):
+            ref = [r["value"] for r in rec.rows if r.get("role") == "family_reference" and r["family"] == fam
+                   and r["policy"] == policy]
+            if ref:
+                ax.axhline(float(np.mean(ref)), color="grey" if policy == "random" else "C3", ls=style, lw=1,
+                           label=f"{policy}, same draws")
+        arrow = "↑" if objective == "acc_worst10" else "↓"
+        ax.set_title(f"family:{fam}: {objective} ({arrow})", fontsize=9)
+        ax.set_xlabel("CMA-ES generation")
+        ax.set_ylabel("mean over the family's 10 tuning draws")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
