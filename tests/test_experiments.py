@@ -294,6 +294,12 @@ def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenari
     assert rec["notes"]["holm_family"] == 2 * (len(cells) + 1)
     assert not [r for r in rec["rows"] if r["role"] == "transfer" and r["source"] == "Churn"]  # 3-round smoke: not
     # the committed full episodes
+    # the learning curves: each curve point's episodes on the family's tuning draw, random and kcenter_cover beside
+    curve = [r for r in rec["rows"] if r["role"] == "family_curve"]
+    assert {(r["family"], r["training_seed"], r["seed"]) for r in curve} == {("MixedWorst10", 0, 3000000),
+                                                                            ("MixedWorst10", 1, 3000000)}
+    assert {r["policy"] for r in rec["rows"] if r["role"] == "family_reference"} == {"random", "kcenter_cover"}
+    assert (tmp_path / "generalist_curves.png").is_file()
     folder = tmp_path / "per_scenario" / "set_es" / "FreeRiders" / "seed0"  # a playable run folder of the weights
     assert json.loads((folder / "set_es.json").read_text())["params"] == {
         r["param"]: r["value"] for r in learned["rows"] if r.get("role") == "weights" and r.get("design") == "set_es"
