@@ -40,10 +40,13 @@ def _spec(objective: str) -> str:
 
 def table(rec: records.Record) -> str:
     """The generalists' leaderboard entries (``rec.notes["leaderboard"]``)."""
-    rows = []
+    rows, stale = [], []
     for e in rec.notes["leaderboard"]:
         spec = _spec(e["objective"])
         norm = "—" if e["normalised"] is None else f"{e['normalised']:+.2f} ({e['best_heuristic_normalised']:+.2f})"
+        if e["normalised"] is not None and e.get("reference_random_episodes_differing"):
+            norm += "†"
+            stale.append(f"{e['scenario']} ({e['reference_random_episodes_differing']})")
         rows.append([e["scenario"], f"`{e['design']}` on `family:{e['family']}`", format(e["mean"], spec[1:]),
                      f"{format(e['delta_vs_random'], spec)} {_ci(e['delta_vs_random_ci_across'], spec)} "
                      f"({_ci(e['delta_vs_random_ci'], spec)})", _num(e["p_holm_vs_random"]),
@@ -53,12 +56,15 @@ def table(rec: records.Record) -> str:
     text = md_table(["scenario", "generalist", "mean", "Δ vs random, across training seeds (conditional)",
                      "p_holm", "Δ vs best heuristic, across training seeds (conditional)", "p_holm",
                      "normalised (best heuristic's)"], rows, align="lllrlrlr").rstrip("\n")
+    if stale:
+        text += ("\n\n† The oracle's mean is the committed reference's, whose random episodes on these seeds differ from "
+                 "the ones replayed here in " + ", ".join(stale) + " of 30 (the oracle was not replayed).")
     for design, m in rec.notes.get("mean_normalised", {}).items():
         single = next(k for k in m if k not in ("scenarios", "mean", "ci_across", "per_training_seed"))
         text += (f"\n\nMean normalised score of `{design}`'s generalists over the {len(m['scenarios'])} scenarios above: "
                  f"**{m['mean']:+.2f} {_ci(m['ci_across'], '+.2f')}** (95% CI across training seeds; per seed "
                  f"{', '.join(f'{x:+.2f}' for x in m['per_training_seed'])}), against `{single}`'s {m[single]:+.2f} "
-                 f"on the same episodes.")
+                 f"(the committed reference's episodes on the same seeds).")
     return text
 
 
