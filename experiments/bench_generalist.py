@@ -334,8 +334,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
     # what each generalist leans on: set_es's weights by token column (standardised columns, so comparable)
     rec.notes["weights"] = {FAMILY_OF[o]: {str(t): json.loads((run_folder(args.out, "set_es", o, t) / "set_es.json")
                                                               .read_text())["params"]
-                                           for t in args.train_seeds
-                                           if (run_folder(args.out, "set_es", o, t) / "set_es.json").is_file()}
+                                           for t in args.train_seeds if trained(run_folder(args.out, "set_es", o, t))}
                             for o in FAMILY_OF}
     # and each per-scenario model that played in the transfer table
     sources = {e["source"] for e in cells}
