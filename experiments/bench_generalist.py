@@ -247,7 +247,17 @@ def build_record(args: argparse.Namespace) -> records.Record:
             continue
         sc, best = scenario(name), best_heuristic(name, ref)
         rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
-        seeds = sorted({seed for _p, seed in rows})
+        seeds = sorted({seed for p, seed in rows if p == "random"})
+        # a model's episodes count once every training seed has played every seed (a run still playing: left out)
+        groups: Dict[tuple, set] = {}
+        for (pol, seed) in rows:
+            role, design, t, source = _role(pol, best)
+            groups.setdefault((role, design, source), set()).add((t, seed))
+        partial = {g for g, have in groups.items() if g[0] in ("generalist", "transfer")
+                   and not {(t, sd) for t in args.train_seeds for sd in seeds} <= have}
+        for g in sorted(partial, key=str):
+            print(f"{name}: {g[1]}{' from ' + g[2] if g[2] else ''} ({g[0]}) has not played every training seed × "
+                  f"seed yet: left out of the record", flush=True)
         mine = {seed: r["value"] for (p, seed), r in rows.items() if p == "random"}
 
         def differing(other: Sequence[Mapping[str, Any]]) -> int:
@@ -259,8 +269,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
 
         for (pol, seed), r in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             role, design, t, source = _role(pol, best)
-            if role is None or (role == "transfer" and t not in args.train_seeds) or \
-                    (role == "generalist" and t not in args.train_seeds):
+            if role is None or (role in ("transfer", "generalist") and t not in args.train_seeds) or \
+                    (role, design, source) in partial or seed not in seeds:
                 continue
             rec.add_row(chunk, scenario=name, policy=design, training_seed=t, generalist=role == "generalist",
                         family=FAMILY_OF.get(sc.objective) if role == "generalist" else None, source=source,
