@@ -89,6 +89,14 @@ def leans_on(weights: Sequence[Mapping[str, float]], top: int = TOP_WEIGHTS) -> 
     return ", ".join(f"`{names[i]}` {mean[i]:+.2f}" for i in order)
 
 
+def _bench_order(name: str) -> tuple:
+    """The bench's scenario order (``fedsel_env.bench.SCENARIOS``), a user's scenarios after, ``generalist`` last."""
+    from fedsel_env.bench import SCENARIOS
+
+    order = list(SCENARIOS)
+    return (name == "generalist", order.index(name) if name in order else len(order), name)
+
+
 def _mark(e: Mapping[str, Any]) -> str:
     """▲ ahead of random / ▼ behind it where the CI across training seeds excludes 0 (favourable direction by the
     objective), nothing where it straddles 0."""
@@ -107,8 +115,8 @@ def transfer_table(rec: records.Record) -> str:
     cells: List[Mapping[str, Any]] = rec.notes.get("transfer", [])
     if not cells:
         return "(no transfer measured yet: --part transfer)"
-    targets = list(dict.fromkeys(e["scenario"] for e in cells))
-    sources = list(dict.fromkeys(e["source"] for e in cells))
+    targets = sorted(dict.fromkeys(e["scenario"] for e in cells), key=_bench_order)
+    sources = sorted(dict.fromkeys(e["source"] for e in cells), key=_bench_order)
     heur = {e["scenario"]: e for e in cells}
     lines = [["best heuristic", *[f"{_num(heur[t]['best_heuristic_normalised'], '+.2f')} `{heur[t]['best_heuristic']}`"
                                   for t in targets], ""]]
@@ -142,7 +150,7 @@ def versus_table(rec: records.Record, learned: Optional[Mapping[str, Any]] = Non
                                                                            or -1e9):
             best_learned[e["scenario"]] = e
     lines = []
-    for t in dict.fromkeys([*by_target, *gen]):
+    for t in sorted(dict.fromkeys([*by_target, *gen]), key=_bench_order):
         spec = _spec((by_target.get(t) or [gen.get(t)])[0]["objective"])
 
         def vs_best(e: Optional[Mapping[str, Any]], ci_key: str = "delta_vs_best_heuristic_ci_across") -> str:
