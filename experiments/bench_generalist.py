@@ -346,6 +346,12 @@ def build_record(args: argparse.Namespace) -> records.Record:
                                                               .read_text())["params"]
                                            for t in args.train_seeds if trained(run_folder(args.out, "set_es", o, t))}
                             for o in FAMILY_OF}
+    # what each generalist's training cost (its summary.json): the goal allows 60 minutes a seed on this machine
+    rec.notes["training"] = {FAMILY_OF[o]: {str(t): {k: json.loads((run_folder(args.out, "set_es", o, t) / "summary.json")
+                                                                 .read_text())[k]
+                                                    for k in ("train_seconds", "env_rounds", "training_episodes")}
+                                            for t in args.train_seeds if trained(run_folder(args.out, "set_es", o, t))}
+                             for o in FAMILY_OF}
     # and each per-scenario model that played in the transfer table
     sources = {e["source"] for e in cells}
     rec.notes["source_weights"] = {

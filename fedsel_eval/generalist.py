@@ -59,6 +59,10 @@ def table(rec: records.Record) -> str:
     if stale:
         text += ("\n\n† The oracle's mean is the committed reference's, whose random episodes on these seeds differ from "
                  "the ones replayed here in " + ", ".join(stale) + " of 30 (the oracle was not replayed).")
+    train = [(fam, t, x) for fam, seeds in rec.notes.get("training", {}).items() for t, x in seeds.items()]
+    if train:
+        text += ("\n\nTraining, per family and training seed (minutes of wall time; env rounds): " + "; ".join(
+            f"{fam} seed {t} {x['train_seconds'] / 60:.1f} min, {x['env_rounds']:,}" for fam, t, x in train) + ".")
     for design, m in rec.notes.get("mean_normalised", {}).items():
         single = next(k for k in m if k not in ("scenarios", "mean", "ci_across", "per_training_seed"))
         text += (f"\n\nMean normalised score of `{design}`'s generalists over the {len(m['scenarios'])} scenarios above: "
