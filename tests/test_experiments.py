@@ -241,6 +241,17 @@ def test_bench_rl_smoke_trains_evaluates_and_reports_with_holm(tmp_path):
     assert {r["seed"] for r in conf["rows"]} == {50_000, 50_001}
     assert {e["design"] for e in conf["notes"]["confirm"]} == {e["policy"] for e in board}
     assert all(len(e["delta_vs_best_heuristic_ci_across"]) == 2 for e in conf["notes"]["confirm"])
+    # --eval-envs: the same episodes played several at once through the vector env give the same rows
+    one_at_a_time = tmp_path / "eval_single"
+    (tmp_path / "eval").rename(one_at_a_time)
+    bench_rl.main(["--smoke", "--part", "eval", "--eval-envs", "3", "--out", str(tmp_path)])
+
+    def episodes(folder):
+        rows = [json.loads(x) for x in (folder / "Churn" / "episodes.jsonl").read_text().splitlines() if x]
+        return sorted(({k: v for k, v in r.items() if k not in ("wall_time_s", "code")} for r in rows),
+                      key=lambda r: (r["policy"], r["seed"]))
+
+    assert episodes(tmp_path / "eval") == episodes(one_at_a_time) and len(episodes(one_at_a_time)) == 2 * (2 + 14)
     assert _docs_state() == before
 
 
