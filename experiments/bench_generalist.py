@@ -181,14 +181,32 @@ def family_references(folder: Path, cache: Path, policies: Sequence[str] = ("ran
     return out
 
 
-def add_family_curves(rec: records.Record, args: argparse.Namespace) -> None:
+def add_family_curves(rec: records.Record, args: argparse.Namespace,
+                      committed: Optional[Mapping[str, List[Dict[str, Any]]]] = None) -> None:
     """The generalists' learning curves into ``rec``: every curve point's episodes on the family's tuning draws
     (role ``family_curve``), random's and kcenter_cover's on the same draws (``family_reference``), and per family
-    the first and last points' means over training seeds."""
+    the first and last points' means over training seeds. A family none of whose runs is on this machine gets the
+    committed record's rows (``committed``: by family, each with the chunk it came from)."""
     chunk = None
+    carried: Dict[str, str] = {}
     for objective, fam in FAMILY_OF.items():
         folders = {t: run_folder(args.out, "set_es", objective, t) for t in args.train_seeds}
         folders = {t: f for t, f in folders.items() if trained(f)}
+        if not folders and (committed or {}).get(fam):
+            for r in committed[fam]:
+                c = r["_carried_from"]
+                if c["id"] not in carried:
+                    carried[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
+                                                         f"({c.get('note', '')}): runs not on this machine")
+                rec.add_row(carried[c["id"]], **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
+            for policy in dict.fromkeys(r["policy"] for r in committed[fam] if r["role"] == "family_reference"):
+                rec.summarise(f"{fam}: {policy} mean {objective} on the tuning draws", "mean", "value",
+                              where={"role": "family_reference", "family": fam, "policy": policy})
+            gens = [r["generation"] for r in committed[fam] if r["role"] == "family_curve"]
+            for g in sorted({min(gens), max(gens)}):
+                rec.summarise(f"{fam}: set_es generalists' curve at generation {g}, mean over training seeds", "mean",
+                              "value", where={"role": "family_curve", "family": fam, "generation": g})
+            continue
         if not folders:
             continue
         chunk = chunk or rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "experiments")),
@@ -227,6 +245,35 @@ def _role(policy: str, best: str) -> tuple:
     return {"random": "random", best: "best_heuristic"}.get(policy), policy, None, None
 
 
+def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
+    """What the committed record holds, for a report on a machine whose ``runs/`` lacks some of it (``runs/`` does not
+    outlive a machine; the track grows over sessions): its episode rows by scenario, keyed as the eval folders'
+    episodes are (policy label, seed), each with the committed chunk it came from; its learning-curve rows and its
+    ``weights`` and ``training`` notes by family. Nothing for a smoke run or a record not written yet."""
+    out: Dict[str, Any] = {"episodes": {}, "curves": {}, "weights": {}, "training": {}}
+    if args.smoke or not RESULT[args.on].is_file():
+        return out
+    committed = records.load(RESULT[args.on])
+    chunks = {c["id"]: c for c in committed["chunks"]}
+    for r in committed["rows"]:
+        role, row = r.get("role"), {**r, "_carried_from": chunks[r["chunk"]]}
+        if role in ("family_curve", "family_reference"):
+            out["curves"].setdefault(r["family"], []).append(row)
+            continue
+        if role == "generalist":
+            label = f"{r['policy']}_gen_s{r['training_seed']}"
+        elif role == "transfer" and r["source"] != r["scenario"]:  # the diagonal is bench_learned's, read there
+            label = f"set_es_from_{r['source']}_s{r['training_seed']}"
+        elif role in ("random", "best_heuristic"):
+            label = r["policy"]
+        else:
+            continue
+        out["episodes"].setdefault(r["scenario"], {})[(label, r["seed"])] = row
+    for key in ("weights", "training"):
+        out[key] = committed["notes"].get(key, {})
+    return out
+
+
 def build_record(args: argparse.Namespace) -> records.Record:
     import numpy as np
 
@@ -237,16 +284,40 @@ def build_record(args: argparse.Namespace) -> records.Record:
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
                       note=f"episodes played by --part eval and --part transfer --on {args.on}, gathered here")
     learned = records.load(LEARNED) if args.on == "reporting" and LEARNED.is_file() else {"rows": []}
+    old = committed_rows(args)
+    carried_chunk: Dict[str, str] = {}
+
+    def chunk_of(r: Mapping[str, Any]) -> str:
+        """The row's chunk: this report's, or one per committed chunk a carried row came from."""
+        if "_carried_from" not in r:
+            return chunk
+        c = r["_carried_from"]
+        if c["id"] not in carried_chunk:
+            carried_chunk[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
+                                                       f"({c.get('note', '')}): episodes not played on this machine")
+        return carried_chunk[c["id"]]
+
     own = None
     entries, cells = [], []
     norm: Dict[str, Dict[str, Dict[int, float]]] = {}  # design → scenario → training seed → normalised score
     single_norm: Dict[str, float] = {}  # scenario → the best single heuristic's normalised score
     for name in args.scenarios:
         path = args.out / f"eval_{args.on}" / name / "episodes.jsonl"
-        if not path.is_file():
+        theirs = old["episodes"].get(name, {})
+        if not path.is_file() and not theirs:
             continue
         sc, best = scenario(name), best_heuristic(name, ref)
-        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r}
+        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines()) if r} \
+            if path.is_file() else {}
+        # the committed rows of the models (and references) not played here, where the committed random episodes are
+        # the ones played here (the same federations and code paths: their pairing holds)
+        here_random = {seed: r["value"] for (p, seed), r in rows.items() if p == "random"}
+        if any(theirs.get(("random", seed), {}).get("value", v) != v for seed, v in here_random.items()):
+            print(f"{name}: the committed random episodes differ from the ones played here: nothing of the committed "
+                  f"record is carried for it", flush=True)
+            theirs = {}
+        played = {_role(p, best)[:3] for p, _s in rows}
+        rows.update({k: r for k, r in theirs.items() if _role(k[0], best)[:3] not in played})
         seeds = sorted({seed for p, seed in rows if p == "random"})
         # a model's episodes count once every training seed has played every seed (a run still playing: left out)
         groups: Dict[tuple, set] = {}
@@ -272,7 +343,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
             if role is None or (role in ("transfer", "generalist") and t not in args.train_seeds) or \
                     (role, design, source) in partial or seed not in seeds:
                 continue
-            rec.add_row(chunk, scenario=name, policy=design, training_seed=t, generalist=role == "generalist",
+            rec.add_row(chunk_of(r), scenario=name, policy=design, training_seed=t, generalist=role == "generalist",
                         family=FAMILY_OF.get(sc.objective) if role == "generalist" else None, source=source,
                         role=role, seed=seed, objective=sc.objective, value=r["value"], censored=r["censored"],
                         rounds=r["rounds"], config_sha=r["config_sha"])
@@ -333,7 +404,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
     rec.notes["leaderboard"] = [clean(e) for e in entries]
     rec.notes["transfer"] = [clean(e) for e in cells] + [clean({**e, "source": "generalist"}) for e in entries]
     rec.notes["holm_family"] = len(family)
-    add_family_curves(rec, args)
+    add_family_curves(rec, args, old["curves"])
     rec.notes["mean_normalised"] = {}
     for design, by_sc in norm.items():  # the goal's figure: the mean over the scenarios, a CI across training seeds
         per_seed = [float(np.mean([by_sc[n][t] for n in by_sc])) for t in args.train_seeds]
@@ -342,15 +413,18 @@ def build_record(args: argparse.Namespace) -> records.Record:
             "scenarios": list(by_sc), "mean": iv.mean, "ci_across": [iv.lo, iv.hi], "per_training_seed": per_seed,
             BEST_SINGLE: float(np.mean([single_norm[n] for n in by_sc]))}
     # what each generalist leans on: set_es's weights by token column (standardised columns, so comparable)
-    rec.notes["weights"] = {FAMILY_OF[o]: {str(t): json.loads((run_folder(args.out, "set_es", o, t) / "set_es.json")
-                                                              .read_text())["params"]
-                                           for t in args.train_seeds if trained(run_folder(args.out, "set_es", o, t))}
-                            for o in FAMILY_OF}
-    # what each generalist's training cost (its summary.json): the goal allows 60 minutes a seed on this machine
-    rec.notes["training"] = {FAMILY_OF[o]: {str(t): {k: json.loads((run_folder(args.out, "set_es", o, t) / "summary.json")
-                                                                 .read_text())[k]
-                                                    for k in ("train_seconds", "env_rounds", "training_episodes")}
-                                            for t in args.train_seeds if trained(run_folder(args.out, "set_es", o, t))}
+    # and what each one's training cost (its summary.json; the goal allows 60 minutes a seed on this machine): a run
+    # not on this machine gives the committed record's figures
+    def per_seed(o: str, read: Any, key: str) -> Dict[str, Any]:
+        f = {str(t): run_folder(args.out, "set_es", o, t) for t in args.train_seeds}
+        return {t: read(f[t]) if trained(f[t]) else old[key][FAMILY_OF[o]][t] for t in f
+                if trained(f[t]) or t in old[key].get(FAMILY_OF[o], {})}
+
+    rec.notes["weights"] = {FAMILY_OF[o]: per_seed(o, lambda f: json.loads((f / "set_es.json").read_text())["params"],
+                                                   "weights") for o in FAMILY_OF}
+    rec.notes["training"] = {FAMILY_OF[o]: per_seed(o, lambda f: {k: json.loads((f / "summary.json").read_text())[k]
+                                                                  for k in ("train_seconds", "env_rounds",
+                                                                            "training_episodes")}, "training")
                              for o in FAMILY_OF}
     # and each per-scenario model that played in the transfer table
     sources = {e["source"] for e in cells}

@@ -336,3 +336,40 @@ def test_bench_rl_confirm_carries_the_committed_confirmations(tmp_path):
     assert rec.notes["confirm"] == committed["notes"]["confirm"] and len(rec.rows) == len(committed["rows"])
     commits = {c["id"]: c.get("commit") for c in rec.to_dict()["chunks"]}
     assert {commits[r["chunk"]] for r in rec.rows} <= {c.get("commit") for c in committed["chunks"]}
+
+
+def test_bench_generalist_carries_the_committed_record_when_no_run_is_here(tmp_path):
+    """experiments/bench_generalist.py (issue #42): runs/ does not outlive a machine, and the track grows over sessions.
+    With none of its runs here, the report rebuilds the committed record from its own rows (each kept with the chunk
+    it was recorded at): the same rows, the leaderboard, transfer cells, Holm family, mean normalised score,
+    weights and training cost; and a scenario played here whose random episodes differ carries nothing."""
+    import argparse
+
+    from experiments import bench_generalist as bg
+
+    ns = argparse.Namespace(out=tmp_path, smoke=False, on="reporting", seeds=None,
+                            scenarios=[sc.name for sc in bg.BENCH_SCENARIOS], train_seeds=list(bg.TRAIN_SEEDS))
+    rec = bg.build_record(ns)
+    committed = records.load(bg.RESULT["reporting"])
+    for key in ("leaderboard", "transfer", "holm_family", "mean_normalised", "weights", "training", "source_weights"):
+        assert rec.notes[key] == committed["notes"][key], key
+    strip = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
+                                for r in rows)
+    assert strip(rec.rows) == strip(committed["rows"])
+    path = tmp_path / "record.json"
+    rec.write(path)
+    assert recompute.main(["--quiet", str(path)]) == 0
+    # every carried row names a chunk whose commit is the committed chunk's
+    commits = {c["id"]: c["commit"] for c in records.load(path)["chunks"]}
+    assert {commits[r["chunk"]] for r in records.load(path)["rows"]} <= {c["commit"] for c in committed["chunks"]}
+
+    # Churn played here with other random episodes: nothing of Churn is carried
+    churn = [r for r in committed["rows"] if r.get("scenario") == "Churn" and r.get("role") == "random"]
+    folder = tmp_path / "eval_reporting" / "Churn"
+    folder.mkdir(parents=True)
+    folder.joinpath("episodes.jsonl").write_text("".join(
+        json.dumps({"policy": "random", "seed": r["seed"], "value": r["value"] + 0.5, "censored": False,
+                    "rounds": r["rounds"], "config_sha": r["config_sha"]}) + "\n" for r in churn))
+    again = bg.build_record(ns)
+    kept = [r for r in again.rows if r.get("scenario") == "Churn" and r.get("role") != "transfer"]
+    assert kept and {r["role"] for r in kept} == {"random"}
