@@ -188,17 +188,12 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
     the first and last points' means over training seeds. A family none of whose runs is on this machine gets the
     committed record's rows (``committed``: by family, each with the chunk it came from)."""
     chunk = None
-    carried: Dict[str, str] = {}
     for objective, fam in FAMILY_OF.items():
         folders = {t: run_folder(args.out, "set_es", objective, t) for t in args.train_seeds}
         folders = {t: f for t, f in folders.items() if trained(f)}
         if not folders and (committed or {}).get(fam):
             for r in committed[fam]:
-                c = r["_carried_from"]
-                if c["id"] not in carried:
-                    carried[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
-                                                         f"({c.get('note', '')}): runs not on this machine")
-                rec.add_row(carried[c["id"]], **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
+                rec.add_row(rec.chunk_of(r, "", "runs not on this machine"), **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
             for policy in dict.fromkeys(r["policy"] for r in committed[fam] if r["role"] == "family_reference"):
                 rec.summarise(f"{fam}: {policy} mean {objective} on the tuning draws", "mean", "value",
                               where={"role": "family_reference", "family": fam, "policy": policy})
@@ -285,18 +280,6 @@ def build_record(args: argparse.Namespace) -> records.Record:
                       note=f"episodes played by --part eval and --part transfer --on {args.on}, gathered here")
     learned = records.load(LEARNED) if args.on == "reporting" and LEARNED.is_file() else {"rows": []}
     old = committed_rows(args)
-    carried_chunk: Dict[str, str] = {}
-
-    def chunk_of(r: Mapping[str, Any]) -> str:
-        """The row's chunk: this report's, or one per committed chunk a carried row came from."""
-        if "_carried_from" not in r:
-            return chunk
-        c = r["_carried_from"]
-        if c["id"] not in carried_chunk:
-            carried_chunk[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
-                                                       f"({c.get('note', '')}): episodes not played on this machine")
-        return carried_chunk[c["id"]]
-
     own = None
     entries, cells = [], []
     norm: Dict[str, Dict[str, Dict[int, float]]] = {}  # design → scenario → training seed → normalised score
@@ -343,7 +326,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
             if role is None or (role in ("transfer", "generalist") and t not in args.train_seeds) or \
                     (role, design, source) in partial or seed not in seeds:
                 continue
-            rec.add_row(chunk_of(r), scenario=name, policy=design, training_seed=t, generalist=role == "generalist",
+            rec.add_row(rec.chunk_of(r, chunk), scenario=name, policy=design, training_seed=t,
+                        generalist=role == "generalist",
                         family=FAMILY_OF.get(sc.objective) if role == "generalist" else None, source=source,
                         role=role, seed=seed, objective=sc.objective, value=r["value"], censored=r["censored"],
                         rounds=r["rounds"], config_sha=r["config_sha"])

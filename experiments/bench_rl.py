@@ -187,17 +187,9 @@ def build_record(args: argparse.Namespace) -> records.Record:
     chunk = rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "fedsel_eval", "experiments")),
                       note="episodes played by --part eval (runs/bench_rl/eval/), gathered here")
     old = carried_record(args)
-    carried_chunk: Dict[str, str] = {}
 
     def chunk_of(r: Dict[str, Any]) -> str:
-        """The row's chunk: this run's, or a chunk of its own per committed chunk a carried row came from."""
-        if "_carried_from" not in r:
-            return chunk
-        c = r["_carried_from"]
-        if c["id"] not in carried_chunk:
-            carried_chunk[c["id"]] = rec.chunk(c, note=f"carried from the committed record's chunk {c['id']} "
-                                                       f"({c.get('note', '')}): models not on this machine")
-        return carried_chunk[c["id"]]
+        return rec.chunk_of(r, chunk, "models not on this machine")
 
     entries = []
     for name in args.scenarios:
@@ -332,7 +324,6 @@ def build_confirm_record(args: argparse.Namespace) -> records.Record:
                       note="episodes played by --part confirm (runs/bench_rl/confirm/), gathered here")
     entries = []
     carried = carried_confirm(args)
-    carried_chunk: Dict[str, str] = {}
     for name in sorted(set(args.scenarios) | set(carried)):
         path = args.out / "confirm" / name / "episodes.jsonl"
         if not path.is_file() and name not in carried:
@@ -348,14 +339,7 @@ def build_confirm_record(args: argparse.Namespace) -> records.Record:
                                                                and k[0].rpartition("_s")[0] not in here)}
         for (pol, seed), r in sorted({**old, **played}.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             design, _, t = pol.rpartition("_s") if pol not in ("random", best) else (None, "", "")
-            c = chunk
-            if "_carried_from" in r:
-                src = r["_carried_from"]
-                if src["id"] not in carried_chunk:
-                    carried_chunk[src["id"]] = rec.chunk(src, note=f"carried from the committed confirmation "
-                                                                   f"record's chunk {src['id']}: models not on this machine")
-                c = carried_chunk[src["id"]]
-            rec.add_row(c, scenario=name, policy=design or pol, training_seed=int(t) if design else None,
+            rec.add_row(rec.chunk_of(r, chunk, "models not on this machine"), scenario=name, policy=design or pol, training_seed=int(t) if design else None,
                         role="learned" if design else ("best_heuristic" if pol == best else "random"), seed=seed,
                         objective=sc.objective, value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
         rows = {**old, **played}

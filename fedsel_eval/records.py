@@ -237,6 +237,7 @@ class Record:
         self.rows: List[Dict[str, Any]] = []
         self.summaries: List[Dict[str, Any]] = []
         self.written_by: Optional[Dict[str, Any]] = None
+        self._carried: Dict[str, str] = {}
 
     def chunk(self, provenance: Mapping[str, Any], note: str = "", **extra: Any) -> str:
         """Add a chunk of work run at ``provenance`` (:func:`git_provenance`'s dict); return its id."""
@@ -244,6 +245,19 @@ class Record:
         self.chunks.append({"id": cid, "commit": provenance.get("commit"), "dirty": provenance.get("dirty"),
                             "dirty_files": provenance.get("dirty_files"), "note": note, **jsonable(extra)})
         return cid
+
+    def chunk_of(self, row: Mapping[str, Any], default: str, why: str = "not played on this machine") -> str:
+        """The chunk ``row`` goes in: ``default`` (this run's), or, for a row carried from a committed record (its
+        ``_carried_from``: that record's chunk, a dict with ``id``, ``commit`` and ``note``), a chunk of this record
+        per source chunk, made when first needed, keeping the source's commit. Scripts that grow a record over
+        sessions carry what ``runs/`` no longer holds this way (``experiments/bench_rl.py``, ``bench_generalist.py``)."""
+        src = row.get("_carried_from")
+        if src is None:
+            return default
+        if src["id"] not in self._carried:
+            self._carried[src["id"]] = self.chunk(src, note=f"carried from the committed record's chunk {src['id']} "
+                                                            f"({src.get('note', '')}): {why}")
+        return self._carried[src["id"]]
 
     def add_row(self, chunk: str, **fields: Any) -> Dict[str, Any]:
         """Add one row (an episode: :data:`EPISODE_FIELDS`, and whatever a table prints) computed in ``chunk``."""

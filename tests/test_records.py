@@ -124,3 +124,20 @@ def test_a_real_evaluation_becomes_a_record_that_recomputes(tmp_path):
     assert d["n"] == 3 and d["mean"] == pytest.approx(want)
     path = rec.write(tmp_path / "tiny_bench.json")
     assert recompute.main(["--quiet", str(path)]) == 0
+
+
+def test_chunk_of_keeps_a_carried_rows_commit_one_chunk_per_source():
+    """Record.chunk_of: a row of this run goes in the given chunk; rows carried from a committed record get one chunk
+    per source chunk, with the source's commit, made once."""
+    rec = records.Record("x", config={})
+    here = rec.chunk({"commit": "new"}, note="played here")
+    src_a = {"id": "c0", "commit": "aaa", "note": "old episodes"}
+    src_b = {"id": "c3", "commit": "bbb", "note": "older"}
+    assert rec.chunk_of({"value": 1}, here) == here
+    a1 = rec.chunk_of({"_carried_from": src_a}, here, "models not here")
+    b = rec.chunk_of({"_carried_from": src_b}, here)
+    assert rec.chunk_of({"_carried_from": src_a}, here) == a1 and len({here, a1, b}) == 3
+    commits = {c["id"]: c["commit"] for c in rec.chunks}
+    assert (commits[a1], commits[b]) == ("aaa", "bbb")
+    note = next(c["note"] for c in rec.chunks if c["id"] == a1)
+    assert "chunk c0" in note and "old episodes" in note and "models not here" in note
