@@ -21,6 +21,7 @@ import numpy as np
 
 from . import records
 from .markdown import table as md_table
+from .plots import save_figure
 
 #: the token columns a weight vector is summarised by (the largest by magnitude of its unit vector)
 TOP_WEIGHTS = 3
@@ -208,8 +209,4 @@ def plot_family_curves(rec: records.Record, path: Path) -> Path:
         ax.set_xlabel("CMA-ES generation")
         ax.set_ylabel("mean over the family's 10 tuning draws")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

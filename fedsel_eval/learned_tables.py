@@ -15,6 +15,7 @@ from fedsel_env.bench import SCENARIOS, scenario
 from . import records
 from .learned import CONFIRM_SETS, ES_DESIGNS, LARGER_N_DESIGNS
 from .markdown import table as md_table
+from .plots import save_figure
 
 def _against_references(rec: records.Record, prefix: str, rows: Sequence[Mapping[str, Any]],
                         candidates: Sequence[str]) -> tuple:
@@ -164,11 +165,7 @@ def plot_curves(rec: records.Record, path: Path) -> Path:
         axes[1, j].set_xlabel("training episode")
         axes[1, j].set_ylabel("regret to the oracle's best candidate")
         axes[0, j].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_es_curves(rec: records.Record, path: Path) -> Path:
@@ -203,11 +200,7 @@ def plot_es_curves(rec: records.Record, path: Path) -> Path:
         ax.set_xlabel("CMA-ES generation")
         ax.set_ylabel("search mean, tuning seeds 100–109")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 __all__ = ["confirm_table", "es_weights_table", "larger_table", "picks_table", "plot_curves", "plot_es_curves", "table"]

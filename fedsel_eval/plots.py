@@ -98,6 +98,21 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def save_figure(fig: Any, path: Path, dpi: int = 90) -> Path:
+    """Lay out a pyplot figure, write it to ``path`` as PNG (its folder made, written atomically) and close it: the
+    tail every record's figure shares (``rl_curves``, ``generalist``, ``learned_tables``)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from agents.training.atomic import atomic_save
+
+    atomic_save(lambda tmp: fig.savefig(tmp, format="png", dpi=dpi), path)
+    plt.close(fig)
+    return path
+
+
 def _policy_axis(ax: Any, series: List[_Series], labels: bool) -> None:
     """Series on the y axis, top to bottom in the plan's order; the reference's label in bold."""
     ax.set_yticks(range(len(series)))

@@ -19,6 +19,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .plots import save_figure
+
 #: the TensorBoard scalar a curve is read from (SB3's rolling mean of the last 100 episode returns)
 TAG = "rollout/ep_rew_mean"
 
@@ -100,12 +102,7 @@ def plot_curves(rows: Sequence[Mapping[str, Any]], references: Mapping[str, Mapp
         ax.set_xlabel("env rounds (training)")
         ax.set_ylabel("training episodes, last-100 mean")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 __all__ = ["TAG", "curve_rows", "plot_curves", "read_curve"]
