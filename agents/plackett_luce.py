@@ -71,12 +71,15 @@ def _log_integrand(x: th.Tensor, log_a: th.Tensor, member: th.Tensor) -> th.Tens
     return x - th.exp(x) + terms.sum(dim=2)
 
 
-def set_log_prob(logits: th.Tensor, chosen: th.Tensor, mask: th.Tensor) -> th.Tensor:
+def set_log_prob(logits: th.Tensor, chosen: th.Tensor, mask: th.Tensor, members_only: bool = True) -> th.Tensor:
     """log P(S) of Plackett–Luce cut at |S| draws, for each row: (B,).
 
     :param logits: (B, N) per-client logits.
     :param chosen: (B, N) bool, the set S (a subset of ``mask``'s clients).
     :param mask: (B, N) bool, the clients that could be drawn.
+    :param members_only: evaluate the integrand over the set's members only (B·G·K work); False runs it over all N
+        clients with the non-members' factors 1 (B·G·N: the form before 2026-11-29, ``bench/pl_log_prob.py``'s
+        reference), the same value up to float summation order.
     """
     logits = logits.double()
     member = chosen & mask
@@ -89,9 +92,10 @@ def set_log_prob(logits: th.Tensor, chosen: th.Tensor, mask: th.Tensor) -> th.Te
     k = member.sum(dim=1, keepdim=True).double()
     # only the members' factors enter the integrand: gather them (B, max |S|) so a pass costs B·G·K, not B·G·N
     # (K = 20 of N = 1,000 on Large); rows with fewer members are padded with non-members, whose factor is 1
-    slots = max(int(k.max().item()) if k.numel() else 0, 1)
-    order = member.double().topk(slots, dim=1).indices
-    log_a, member = log_a.gather(1, order), member.gather(1, order)
+    if members_only:
+        slots = max(int(k.max().item()) if k.numel() else 0, 1)
+        order = member.double().topk(slots, dim=1).indices
+        log_a, member = log_a.gather(1, order), member.gather(1, order)
     with th.no_grad():  # where the integrand lives: a coarse pass over a range that surely holds it
         lo = (-log_a.masked_fill(~member, -math.inf).amax(dim=1, keepdim=True)).clamp(max=0.0) - 60.0
         lo = th.where(everything.unsqueeze(1), th.full_like(lo, -60.0), lo)

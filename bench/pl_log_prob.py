@@ -4,7 +4,7 @@ PPO evaluates log P(S) of every minibatch row (``agents.plackett_luce.set_log_pr
 integrand is a product over the set's K members only; before 2026-11-29 it was evaluated over all N clients with
 the non-members' factors masked to 1, B·G·N work instead of B·G·K, and PPO's update took 2/3 of a Large training
 run. This prints, for a minibatch of 128 rows at each shape, the forward + backward time of ``set_log_prob`` and
-of that dense form (written out below as the reference, the same arithmetic over every client), their ratio
+of that dense form (``set_log_prob(..., members_only=False)``, the same arithmetic over every client), their ratio
 measured in the same run, and the largest difference between the two values.
 
     .venv/bin/python bench/pl_log_prob.py
@@ -20,33 +20,15 @@ import torch as th
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.plackett_luce import GRID, PlackettLuceTopK, _log_integrand, set_log_prob  # noqa: E402
+from agents.plackett_luce import PlackettLuceTopK, set_log_prob  # noqa: E402
 
 #: (scenario, N, K): the 40-client digits scenarios, the 100-client Fashion-MNIST ones, Large
 SHAPES = (("FreeRiders", 40, 5), ("Stragglers", 40, 8), ("FMNISTControl", 100, 10), ("Large", 1000, 20))
 
 
 def dense_log_prob(logits: th.Tensor, chosen: th.Tensor, mask: th.Tensor) -> th.Tensor:
-    """The same quadrature with the integrand over all N clients (non-members' factors masked to 1)."""
-    logits = logits.double()
-    member, rest = chosen & mask, mask & ~chosen
-    log_z = th.logsumexp(th.where(rest, logits, th.full_like(logits, -math.inf)), dim=1, keepdim=True)
-    log_a = th.where(member, logits - log_z, th.zeros_like(logits))
-    k = member.sum(dim=1, keepdim=True).double()
-    with th.no_grad():
-        lo = (-log_a.masked_fill(~member, -math.inf).amax(dim=1, keepdim=True)).clamp(max=0.0) - 60.0
-        t = th.linspace(0.0, 1.0, GRID, dtype=th.float64)
-        coarse = lo + (th.log(2.0 * k + 80.0) - lo) * t
-        f = _log_integrand(coarse, log_a, member)
-        keep = f >= f.amax(dim=1, keepdim=True) - 60.0
-        step = (th.log(2.0 * k + 80.0) - lo) / (GRID - 1)
-        first = th.where(keep, coarse, th.full_like(coarse, math.inf)).amin(dim=1, keepdim=True) - step
-        last = th.where(keep, coarse, th.full_like(coarse, -math.inf)).amax(dim=1, keepdim=True) + step
-    x = first + (last - first) * t
-    f = _log_integrand(x, log_a, member)
-    w = th.zeros_like(f)
-    w[:, [0, -1]] = math.log(0.5)
-    return th.logsumexp(f + w, dim=1) + th.log(((last - first) / (GRID - 1)).squeeze(1))
+    """The same quadrature with the integrand over all N clients (non-members' factors 1): the form before."""
+    return set_log_prob(logits, chosen, mask, members_only=False)
 
 
 def timed(fn, logits, chosen, mask, repeats: int) -> tuple:

@@ -103,11 +103,11 @@ def save_figure(fig: Any, path: Path, dpi: int = 90) -> Path:
     tail every record's figure shares (``rl_curves``, ``generalist``, ``learned_tables``)."""
     import matplotlib.pyplot as plt
 
+    from agents.training.atomic import atomic_save
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from agents.training.atomic import atomic_save
-
     atomic_save(lambda tmp: fig.savefig(tmp, format="png", dpi=dpi), path)
     plt.close(fig)
     return path

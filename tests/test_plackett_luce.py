@@ -61,6 +61,7 @@ def test_a_batch_of_sets_of_different_sizes_is_each_rows_own_log_prob():
         avail = np.flatnonzero(mask[r].numpy())
         chosen[r, g.choice(avail, size=min(r, len(avail)), replace=False)] = True
     batch = set_log_prob(logits, chosen, mask)
+    assert th.allclose(batch, set_log_prob(logits, chosen, mask, members_only=False), rtol=0, atol=1e-12)
     for r in range(8):
         members, avail = np.flatnonzero(chosen[r].numpy()).tolist(), np.flatnonzero(mask[r].numpy()).tolist()
         want = brute_log_prob(logits[r].tolist(), members, avail) if members else 0.0
