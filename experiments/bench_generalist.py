@@ -52,6 +52,12 @@ TRAIN_SEEDS = (0, 1, 2)
 BEST_SINGLE = "kcenter_cover"
 #: bench_learned's record: each scenario's own set_es models (its "weights" rows) and their episodes ("learned")
 LEARNED = ROOT / "experiments" / "results" / "bench_learned.json"
+#: the scenarios whose own set_es models bench_learned never trained: trained by the front door instead,
+#: ``train_agent.py --algo set_es --env <scenario> --seed <t>`` (budget: configs/set_es.yml's entry of the scenario),
+#: in ``FRONT_DOOR_RUNS/set_es_<scenario>_seed<t>``; their weights kept in the record's ``source_weights`` note, their
+#: diagonal (each model on its own scenario) played here
+FRONT_DOOR_SOURCES = ("Large", "FMNISTControl")
+FRONT_DOOR_RUNS = ROOT / "runs" / "train"
 RESULT = {"reporting": ROOT / "experiments" / "results" / "bench_generalist.json",
           "tuning": ROOT / "experiments" / "results" / "bench_generalist_tuning.json"}
 #: --smoke: set_es on MixedWorst10 (Churn's objective) for one generation of 2 federations × 2 candidates at 3 rounds,
@@ -113,20 +119,37 @@ def part_eval(args: argparse.Namespace) -> None:
                      {**sc.env_config(), **args.overrides}, n_envs=args.n_envs, log=lambda line: print(line, flush=True))
 
 
-def per_scenario_models(out: Path, learned: Path = LEARNED) -> Dict[str, Dict[int, Path]]:
-    """Each scenario's own ``set_es`` models, by scenario and training seed: bench_learned's committed weights (its
-    record's ``"weights"`` rows, design ``set_es``) written as run folders under ``out/per_scenario`` that
-    ``evaluate.py --policy`` and the bench play like any trained run (a folder is rewritten only when it differs)."""
+def per_scenario_models(out: Path, learned: Path = LEARNED, runs: Optional[Path] = FRONT_DOOR_RUNS,
+                        kept: Optional[Mapping[str, Mapping[str, Mapping[str, float]]]] = None
+                        ) -> Dict[str, Dict[int, Path]]:
+    """Each scenario's own ``set_es`` models, by scenario and training seed, written as run folders under
+    ``out/per_scenario`` that ``evaluate.py --policy`` and the bench play like any trained run (a folder is rewritten
+    only when it differs): bench_learned's committed weights (its record's ``"weights"`` rows, design ``set_es``), and
+    for :data:`FRONT_DOOR_SOURCES` the front door's finished runs in ``runs`` (``set_es_<scenario>_seed<t>``), or where
+    a run is not on this machine, the weights ``kept`` by the committed record (its ``source_weights`` note); ``runs``
+    None: none of the front door's (a smoke run)."""
     params: Dict[tuple, Dict[str, float]] = {}
+    source: Dict[tuple, str] = {}
     for r in records.load(learned)["rows"]:
         if r.get("role") == "weights" and r.get("design") == "set_es":
             params.setdefault((r["scenario"], int(r["training_seed"])), {})[r["param"]] = r["value"]
+            source[(r["scenario"], int(r["training_seed"]))] = learned.name
+    for name in FRONT_DOOR_SOURCES if runs is not None else ():
+        for t in TRAIN_SEEDS:
+            run = runs / f"set_es_{name}_seed{t}"
+            if trained(run):
+                params[(name, t)] = json.loads((run / "set_es.json").read_text())["params"]
+            elif str(t) in (kept or {}).get(name, {}):
+                params[(name, t)] = dict(kept[name][str(t)])
+            else:
+                continue
+            source[(name, t)] = f"train_agent.py --algo set_es --env {name} --seed {t}"
     found: Dict[str, Dict[int, Path]] = {}
     for (name, t), p in sorted(params.items()):
         folder = out / "per_scenario" / "set_es" / name / f"seed{t}"
-        text = json.dumps({"params": p, "scenario": name, "training_seed": t,
-                           "source": f"{learned.name}: the weights rows of set_es on {name}, training seed {t}"},
-                          indent=1) + "\n"
+        how = (f"{source[(name, t)]}: the weights rows of set_es on {name}, training seed {t}"
+               if source[(name, t)] == learned.name else source[(name, t)])
+        text = json.dumps({"params": p, "scenario": name, "training_seed": t, "source": how}, indent=1) + "\n"
         path = folder / "set_es.json"
         if not path.is_file() or path.read_text() != text:
             folder.mkdir(parents=True, exist_ok=True)
@@ -135,15 +158,25 @@ def per_scenario_models(out: Path, learned: Path = LEARNED) -> Dict[str, Dict[in
     return found
 
 
+def kept_source_weights(args: argparse.Namespace) -> Dict[str, Any]:
+    """The committed record's weights of the front-door sources (none for a smoke run or a record not written)."""
+    if args.smoke or not RESULT[args.on].is_file():
+        return {}
+    return {k: v for k, v in records.load(RESULT[args.on])["notes"].get("source_weights", {}).items()
+            if k in FRONT_DOOR_SOURCES}
+
+
 def part_transfer(args: argparse.Namespace) -> None:
     """Each scenario's own ``set_es`` models played on the other scenarios (``--scenarios``: the targets), beside
     random and the target's best heuristic, in the folder ``--part eval`` plays the generalists in (one set of
     reference episodes per scenario)."""
     ref = reference_rows()
-    found = per_scenario_models(args.out)
+    found = per_scenario_models(args.out, runs=None if args.smoke else FRONT_DOOR_RUNS,
+                                kept=kept_source_weights(args))
     for name in args.scenarios:
         sc = scenario(name)
-        policies = [f"set_es_from_{src}_s{t}={folder}" for src, by_seed in found.items() if src != name
+        policies = [f"set_es_from_{src}_s{t}={folder}" for src, by_seed in found.items()
+                    if src != name or src in FRONT_DOOR_SOURCES  # the diagonal of bench_learned's: its episodes
                     for t, folder in sorted(by_seed.items()) if t in args.train_seeds]
         seeds = args.seeds or list(sc.reporting_seeds)
         run_scenario(args.out / "eval_reporting" / name, sc, ["random", best_heuristic(name, ref), *policies], seeds,
@@ -257,14 +290,15 @@ def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
             continue
         if role == "generalist":
             label = f"{r['policy']}_gen_s{r['training_seed']}"
-        elif role == "transfer" and r["source"] != r["scenario"]:  # the diagonal is bench_learned's, read there
+        elif role == "transfer" and (r["source"] != r["scenario"] or r["source"] in FRONT_DOOR_SOURCES):
+            # bench_learned's diagonal is read from its record
             label = f"set_es_from_{r['source']}_s{r['training_seed']}"
         elif role in ("random", "best_heuristic"):
             label = r["policy"]
         else:
             continue
         out["episodes"].setdefault(r["scenario"], {})[(label, r["seed"])] = row
-    for key in ("weights", "training"):
+    for key in ("weights", "training", "source_training"):
         out[key] = committed["notes"].get(key, {})
     return out
 
@@ -415,7 +449,19 @@ def build_record(args: argparse.Namespace) -> records.Record:
     rec.notes["source_weights"] = {
         src: {str(t): json.loads((f / "set_es.json").read_text())["params"] for t, f in sorted(by_seed.items())
               if t in args.train_seeds}
-        for src, by_seed in (per_scenario_models(args.out).items() if sources else ()) if src in sources}
+        for src, by_seed in (per_scenario_models(args.out, runs=None if args.smoke else FRONT_DOOR_RUNS,
+                                                 kept=kept_source_weights(args)).items() if sources else ())
+        if src in sources}
+    # what the front door's per-scenario runs cost (their summary.json; a run not on this machine: the committed one's)
+    rec.notes["source_training"] = {}
+    for src in (s for s in FRONT_DOOR_SOURCES if s in sources):
+        for t in args.train_seeds:
+            run = FRONT_DOOR_RUNS / f"set_es_{src}_seed{t}"
+            got = {k: json.loads((run / "summary.json").read_text())[k] for k in
+                   ("train_seconds", "env_rounds", "training_episodes")} if trained(run) else \
+                old["source_training"].get(src, {}).get(str(t))
+            if got is not None:
+                rec.notes["source_training"].setdefault(src, {})[str(t)] = got
     return rec
 
 
@@ -428,6 +474,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    help="the scenarios' reporting seeds (the track) or their tuning seeds (a probe, its own record)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_generalist")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="--part eval and transfer: play only these of the scenarios' seeds (to split the episodes "
+                        "over processes, each with its own --out; the report reads one folder)")
     p.add_argument("--n-envs", type=int, default=1, help="--part eval and transfer: episodes played at once (the vector env; the same rows)")
     p.add_argument("--no-publish", action="store_true", help="write the record to --out only")
     p.add_argument("--smoke", action="store_true", help="tiny: " + json.dumps(SMOKE) + "; publishes nothing")
@@ -437,7 +486,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if bad:
         p.error(f"--objectives {bad}: expected some of {list(FAMILY_OF)}")
     args.scenarios = [scenario(s).name for s in args.scenarios.split(",") if s]
-    args.hyperparams, args.env_kwargs, args.overrides, args.seeds = [], [], {}, None
+    args.hyperparams, args.env_kwargs, args.overrides = [], [], {}
     if args.smoke:
         args.objectives, args.scenarios, args.hyperparams = SMOKE["objectives"], SMOKE["scenarios"], SMOKE["hyperparams"]
         args.env_kwargs, args.overrides, args.train_seeds = SMOKE["env_kwargs"], SMOKE["overrides"], SMOKE["train_seeds"]

@@ -322,6 +322,35 @@ def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenari
     assert _docs_state() == before
 
 
+def test_bench_generalist_front_door_sources_are_playable_run_folders(tmp_path):
+    """The transfer table's Large and FMNISTControl rows (issue #42): their own set_es models come from the front door
+    (train_agent.py's finished runs), or where no run is on this machine from the weights the committed record keeps;
+    an unfinished run is not a source; bench_learned's sources are written as before."""
+    from experiments import bench_generalist as bg
+
+    runs = tmp_path / "train"
+    done = runs / "set_es_Large_seed1"
+    done.mkdir(parents=True)
+    weights = {"loss": 0.5, "cover_pick": 1.25}
+    (done / "set_es.json").write_text(json.dumps({"params": weights}))
+    (done / "summary.json").write_text(json.dumps({"complete": True}))
+    half = runs / "set_es_Large_seed2"  # still training: not played
+    half.mkdir()
+    (half / "set_es.json").write_text(json.dumps({"params": {"loss": 9.0}}))
+    (half / "summary.json").write_text(json.dumps({"complete": False}))
+    kept = {"FMNISTControl": {"0": {"loss": -1.0}}}
+    found = bg.per_scenario_models(tmp_path / "out", runs=runs, kept=kept)
+    assert set(found["Large"]) == {1} and set(found["FMNISTControl"]) == {0}
+    got = json.loads((found["Large"][1] / "set_es.json").read_text())
+    assert got["params"] == weights and got["source"] == "train_agent.py --algo set_es --env Large --seed 1"
+    assert json.loads((found["FMNISTControl"][0] / "set_es.json").read_text())["params"] == {"loss": -1.0}
+    learned = {r["scenario"] for r in records.load(bg.LEARNED)["rows"]
+               if r.get("role") == "weights" and r.get("design") == "set_es"}
+    assert learned <= set(found) and not learned & set(bg.FRONT_DOOR_SOURCES)
+    # a smoke run (runs None) takes none of the front door's
+    assert not set(bg.per_scenario_models(tmp_path / "smoke", runs=None, kept=kept)) & set(bg.FRONT_DOOR_SOURCES)
+
+
 def test_bench_rl_confirm_carries_the_committed_confirmations(tmp_path):
     """--part confirm re-plays only the models on this machine: with none here, the confirmation record built from
     the committed one gives its entries exactly, each carried row in a chunk naming the commit it came from."""
@@ -351,7 +380,8 @@ def test_bench_generalist_carries_the_committed_record_when_no_run_is_here(tmp_p
                             scenarios=[sc.name for sc in bg.BENCH_SCENARIOS], train_seeds=list(bg.TRAIN_SEEDS))
     rec = bg.build_record(ns)
     committed = records.load(bg.RESULT["reporting"])
-    for key in ("leaderboard", "transfer", "holm_family", "mean_normalised", "weights", "training", "source_weights"):
+    for key in ("leaderboard", "transfer", "holm_family", "mean_normalised", "weights", "training", "source_weights",
+                "source_training"):
         assert rec.notes[key] == committed["notes"][key], key
     strip = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
                                 for r in rows)
