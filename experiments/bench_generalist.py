@@ -176,7 +176,8 @@ def part_transfer(args: argparse.Namespace) -> None:
     for name in args.scenarios:
         sc = scenario(name)
         policies = [f"set_es_from_{src}_s{t}={folder}" for src, by_seed in found.items()
-                    if src != name or src in FRONT_DOOR_SOURCES  # the diagonal of bench_learned's: its episodes
+                    if (src != name or src in FRONT_DOOR_SOURCES)  # the diagonal of bench_learned's: its episodes
+                    and (args.sources is None or src in args.sources)
                     for t, folder in sorted(by_seed.items()) if t in args.train_seeds]
         seeds = args.seeds or list(sc.reporting_seeds)
         run_scenario(args.out / "eval_reporting" / name, sc, ["random", best_heuristic(name, ref), *policies], seeds,
@@ -474,6 +475,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    help="the scenarios' reporting seeds (the track) or their tuning seeds (a probe, its own record)")
     p.add_argument("--train-seeds", type=int, nargs="+", default=list(TRAIN_SEEDS))
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_generalist")
+    p.add_argument("--sources", default=None,
+                   help="--part transfer: play only the models trained on these scenarios (comma-separated; default "
+                        "all); the report carries the committed record's rows of the others")
     p.add_argument("--seeds", type=int, nargs="+", default=None,
                    help="--part eval and transfer: play only these of the scenarios' seeds (to split the episodes "
                         "over processes, each with its own --out; the report reads one folder)")
@@ -486,6 +490,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if bad:
         p.error(f"--objectives {bad}: expected some of {list(FAMILY_OF)}")
     args.scenarios = [scenario(s).name for s in args.scenarios.split(",") if s]
+    args.sources = None if args.sources is None else [scenario(s).name for s in args.sources.split(",") if s]
     args.hyperparams, args.env_kwargs, args.overrides = [], [], {}
     if args.smoke:
         args.objectives, args.scenarios, args.hyperparams = SMOKE["objectives"], SMOKE["scenarios"], SMOKE["hyperparams"]
