@@ -186,10 +186,10 @@ def part_transfer(args: argparse.Namespace) -> None:
 
 def family_references(folder: Path, cache: Path, policies: Sequence[str] = ("random", BEST_SINGLE)
                       ) -> Dict[str, Dict[int, float]]:
-    """Reference lines for a generalist's learning curve: each of ``policies`` played on the curve's draws of the run
-    in ``folder`` (its ``config.json``: the family, the eval seeds, the env overrides) as the curve plays the search
-    mean — the draw's env, reset with the draw's seed, the agent seeded with it. Kept in ``cache`` (a JSON file) by
-    family, overrides, policy and seed, so a report plays each episode once."""
+    """Reference lines for a learning curve: each of ``policies`` played on the curve's episodes of the run in
+    ``folder`` (its ``config.json``: the family or scenario, the eval seeds, the env overrides) as the curve plays the
+    search mean — the draw's env, reset with the draw's seed, the agent seeded with it. Kept in ``cache`` (a JSON
+    file) by family or scenario, overrides, policy and seed, so a report plays each episode once."""
     from types import SimpleNamespace
 
     from agents.registry import make
@@ -197,7 +197,7 @@ def family_references(folder: Path, cache: Path, policies: Sequence[str] = ("ran
     from fedsel_env.rollout import env_for, scenario_objectives
 
     cfg = ESConfig(**json.loads((folder / "config.json").read_text()))
-    objective = families.family(cfg.scenario).objective
+    objective = scenario(cfg.scenario).objective  # a family's or a scenario's
     done = json.loads(cache.read_text()) if cache.is_file() else {}
     key = json.dumps([cfg.scenario, cfg.env_overrides], sort_keys=True)
     out: Dict[str, Dict[int, float]] = {}
@@ -217,30 +217,43 @@ def family_references(folder: Path, cache: Path, policies: Sequence[str] = ("ran
 
 def add_family_curves(rec: records.Record, args: argparse.Namespace,
                       committed: Optional[Mapping[str, List[Dict[str, Any]]]] = None) -> None:
-    """The generalists' learning curves into ``rec``: every curve point's episodes on the family's tuning draws
-    (role ``family_curve``), random's and kcenter_cover's on the same draws (``family_reference``), and per family
-    the first and last points' means over training seeds. A family none of whose runs is on this machine gets the
-    committed record's rows (``committed``: by family, each with the chunk it came from)."""
-    chunk = None
-    for objective, fam in FAMILY_OF.items():
-        folders = {t: run_folder(args.out, "set_es", objective, t) for t in args.train_seeds}
+    """The learning curves into ``rec``: every curve point's episodes on the curve's seeds (role ``family_curve``:
+    a generalist's, on its family's tuning draws; ``source_curve``: a front-door source's, on its scenario's tuning
+    seeds), the reference policies' on the same seeds (``family_reference``, ``source_reference``: random and
+    kcenter_cover, and for a source its scenario's best heuristic), and per curve the first and last points' means
+    over training seeds. A curve none of whose runs is on this machine gets the committed record's rows
+    (``committed``: by family or scenario, each with the chunk it came from)."""
+    ref = reference_rows()
+    made: List[Any] = []
+    groups = [(fam, "family", objective, {t: run_folder(args.out, "set_es", objective, t) for t in args.train_seeds},
+               ("random", BEST_SINGLE), f"set_es generalists' curve") for objective, fam in FAMILY_OF.items()]
+    if not args.smoke:
+        groups += [(name, "scenario", scenario(name).objective,
+                    {t: FRONT_DOOR_RUNS / f"set_es_{name}_seed{t}" for t in args.train_seeds},
+                    tuple(dict.fromkeys(("random", BEST_SINGLE, best_heuristic(name, ref)))),
+                    f"set_es trained on {name}: curve") for name in FRONT_DOOR_SOURCES]
+    for key, field, objective, folders, policies, label in groups:
+        kind = "family" if field == "family" else "source"
         folders = {t: f for t, f in folders.items() if trained(f)}
-        if not folders and (committed or {}).get(fam):
-            for r in committed[fam]:
-                rec.add_row(rec.chunk_of(r, "", "runs not on this machine"), **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
-            for policy in dict.fromkeys(r["policy"] for r in committed[fam] if r["role"] == "family_reference"):
-                rec.summarise(f"{fam}: {policy} mean {objective} on the tuning draws", "mean", "value",
-                              where={"role": "family_reference", "family": fam, "policy": policy})
-            gens = [r["generation"] for r in committed[fam] if r["role"] == "family_curve"]
+        if not folders and (committed or {}).get(key):
+            for r in committed[key]:
+                rec.add_row(rec.chunk_of(r, "", "runs not on this machine"),
+                            **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
+            for policy in dict.fromkeys(r["policy"] for r in committed[key] if r["role"] == f"{kind}_reference"):
+                rec.summarise(f"{key}: {policy} mean {objective} on the curve's seeds" if kind == "source" else
+                              f"{key}: {policy} mean {objective} on the tuning draws", "mean", "value",
+                              where={"role": f"{kind}_reference", field: key, "policy": policy})
+            gens = [r["generation"] for r in committed[key] if r["role"] == f"{kind}_curve"]
             for g in sorted({min(gens), max(gens)}):
-                rec.summarise(f"{fam}: set_es generalists' curve at generation {g}, mean over training seeds", "mean",
-                              "value", where={"role": "family_curve", "family": fam, "generation": g})
+                rec.summarise(f"{key}: {label} at generation {g}, mean over training seeds", "mean", "value",
+                              where={"role": f"{kind}_curve", field: key, "generation": g})
             continue
         if not folders:
             continue
-        chunk = chunk or rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "experiments")),
-                                   note="the generalists' learning curves (their progress.jsonl) and random's and "
-                                        "kcenter_cover's episodes on the same tuning draws, played here")
+        if not made:
+            made.append(rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "experiments")),
+                                  note="the learning curves (the runs' progress.jsonl) and the reference policies' "
+                                       "episodes on the same seeds, played here"))
         gens = []
         for t, f in sorted(folders.items()):
             cfg = json.loads((f / "config.json").read_text())
@@ -249,18 +262,19 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
                     continue
                 gens.append(row["generation"])
                 for seed, v in zip(cfg["eval_seeds"], row["eval_values"]):
-                    rec.add_row(chunk, role="family_curve", family=fam, design="set_es", training_seed=t,
+                    rec.add_row(made[0], role=f"{kind}_curve", **{field: key}, design="set_es", training_seed=t,
                                 generation=row["generation"], seed=seed, objective=objective, value=v)
-        for policy, by_seed in family_references(next(iter(folders.values())), args.out / "family_references.json"
-                                                 ).items():
+        cache = args.out / ("family_references.json" if kind == "family" else "source_references.json")
+        for policy, by_seed in family_references(next(iter(folders.values())), cache, policies).items():
             for seed, v in by_seed.items():
-                rec.add_row(chunk, role="family_reference", family=fam, policy=policy, seed=seed, objective=objective,
-                            value=v)
-            rec.summarise(f"{fam}: {policy} mean {objective} on the tuning draws", "mean", "value",
-                          where={"role": "family_reference", "family": fam, "policy": policy})
+                rec.add_row(made[0], role=f"{kind}_reference", **{field: key}, policy=policy, seed=seed,
+                            objective=objective, value=v)
+            rec.summarise(f"{key}: {policy} mean {objective} on the curve's seeds" if kind == "source" else
+                          f"{key}: {policy} mean {objective} on the tuning draws", "mean", "value",
+                          where={"role": f"{kind}_reference", field: key, "policy": policy})
         for g in sorted({min(gens), max(gens)}):
-            rec.summarise(f"{fam}: set_es generalists' curve at generation {g}, mean over training seeds", "mean",
-                          "value", where={"role": "family_curve", "family": fam, "generation": g})
+            rec.summarise(f"{key}: {label} at generation {g}, mean over training seeds", "mean", "value",
+                          where={"role": f"{kind}_curve", field: key, "generation": g})
 
 
 def _role(policy: str, best: str) -> tuple:
@@ -288,6 +302,9 @@ def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
         role, row = r.get("role"), {**r, "_carried_from": chunks[r["chunk"]]}
         if role in ("family_curve", "family_reference"):
             out["curves"].setdefault(r["family"], []).append(row)
+            continue
+        if role in ("source_curve", "source_reference"):
+            out["curves"].setdefault(r["scenario"], []).append(row)
             continue
         if role == "generalist":
             label = f"{r['policy']}_gen_s{r['training_seed']}"

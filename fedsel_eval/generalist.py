@@ -181,32 +181,37 @@ def versus_table(rec: records.Record, learned: Optional[Mapping[str, Any]] = Non
 def plot_family_curves(rec: records.Record, path: Path) -> Path:
     """One panel per family: each training seed's search mean on the family's tuning draws (the record's
     ``family_curve`` rows, the mean over the draws) by CMA-ES generation, with random's and kcenter_cover's means on
-    the same draws (``family_reference``) as lines."""
+    the same draws (``family_reference``) as lines; then one panel per scenario whose own set_es models were trained
+    by the front door (``source_curve`` on its tuning seeds, with ``source_reference``: random, kcenter_cover and the
+    scenario's best heuristic)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rec.rows if r.get("role") == "family_curve"]
-    fams = list(dict.fromkeys(r["family"] for r in rows))
-    fig, axes = plt.subplots(1, max(len(fams), 1), figsize=(4.4 * max(len(fams), 1), 3.6), squeeze=False)
-    for ax, fam in zip(axes.flat, fams):
-        mine = [r for r in rows if r["family"] == fam]
+    panels = [("family", "family", f) for f in dict.fromkeys(r["family"] for r in rec.rows
+                                                             if r.get("role") == "family_curve")]
+    panels += [("source", "scenario", n) for n in dict.fromkeys(r["scenario"] for r in rec.rows
+                                                                if r.get("role") == "source_curve")]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.6), squeeze=False)
+    for ax, (kind, field, key) in zip(axes.flat, panels):
+        mine = [r for r in rec.rows if r.get("role") == f"{kind}_curve" and r[field] == key]
         objective = mine[0]["objective"]
         for t in sorted({r["training_seed"] for r in mine}):
             gens = sorted({r["generation"] for r in mine if r["training_seed"] == t})
             ys = [float(np.mean([r["value"] for r in mine if r["training_seed"] == t and r["generation"] == g]))
                   for g in gens]
             ax.plot(gens, ys, marker="o", ms=3, label=f"set_es, training seed {t}")
-        for policy, style in (("random", "--"), ("kcenter_cover", "-.")):
-            ref = [r["value"] for r in rec.rows if r.get("role") == "family_reference" and r["family"] == fam
-                   and r["policy"] == policy]
-            if ref:
-                ax.axhline(float(np.mean(ref)), color="grey" if policy == "random" else "C3", ls=style, lw=1,
-                           label=f"{policy}, same draws")
+        refs = [r for r in rec.rows if r.get("role") == f"{kind}_reference" and r[field] == key]
+        for i, policy in enumerate(dict.fromkeys(r["policy"] for r in refs)):
+            ax.axhline(float(np.mean([r["value"] for r in refs if r["policy"] == policy])),
+                       color="grey" if policy == "random" else f"C{2 + i}", ls=("--", "-.", ":")[min(i, 2)], lw=1,
+                       label=f"{policy}, same {'draws' if kind == 'family' else 'seeds'}")
         arrow = "↑" if objective == "acc_worst10" else "↓"
-        ax.set_title(f"family:{fam}: {objective} ({arrow})", fontsize=9)
+        where = "the family's 10 tuning draws" if kind == "family" else "the scenario's 10 tuning seeds"
+        ax.set_title(f"family:{key}: {objective} ({arrow})" if kind == "family" else
+                     f"{key} (trained on it): {objective} ({arrow})", fontsize=9)
         ax.set_xlabel("CMA-ES generation")
-        ax.set_ylabel("mean over the family's 10 tuning draws")
+        ax.set_ylabel(f"mean over {where}")
         ax.legend(fontsize=6)
     return save_figure(fig, path)

@@ -367,7 +367,7 @@ def test_bench_rl_confirm_carries_the_committed_confirmations(tmp_path):
     assert {commits[r["chunk"]] for r in rec.rows} <= {c.get("commit") for c in committed["chunks"]}
 
 
-def test_bench_generalist_carries_the_committed_record_when_no_run_is_here(tmp_path):
+def test_bench_generalist_carries_the_committed_record_when_no_run_is_here(tmp_path, monkeypatch):
     """experiments/bench_generalist.py (issue #42): runs/ does not outlive a machine, and the track grows over sessions.
     With none of its runs here, the report rebuilds the committed record from its own rows (each kept with the chunk
     it was recorded at): the same rows, the leaderboard, transfer cells, Holm family, mean normalised score,
@@ -376,6 +376,7 @@ def test_bench_generalist_carries_the_committed_record_when_no_run_is_here(tmp_p
 
     from experiments import bench_generalist as bg
 
+    monkeypatch.setattr(bg, "FRONT_DOOR_RUNS", tmp_path / "train")  # the front door's runs are not here either
     ns = argparse.Namespace(out=tmp_path, smoke=False, on="reporting", seeds=None,
                             scenarios=[sc.name for sc in bg.BENCH_SCENARIOS], train_seeds=list(bg.TRAIN_SEEDS))
     rec = bg.build_record(ns)
