@@ -96,14 +96,43 @@ def part_train(args: argparse.Namespace) -> None:
 
 
 def models(args: argparse.Namespace, name: str) -> List[str]:
-    """``<design>_gen_s<t>=<run folder>`` for each trained seed of the scenario's objective's family."""
+    """``<design>_gen_s<t>=<run folder>`` for each training seed of the scenario's objective's family: its run here,
+    or where the run is not on this machine (``runs/`` does not outlive one), a playable folder of the weights the
+    committed record keeps (its ``weights`` note; the deployed ``set_es.json``'s params), so a scenario whose
+    episodes changed can be replayed without retraining."""
     objective = scenario(name).objective
+    if objective not in FAMILY_OF:
+        return []
+    fam = FAMILY_OF[objective]
+    kept = {} if args.smoke or not RESULT[args.on].is_file() else \
+        records.load(RESULT[args.on])["notes"].get("weights", {}).get(fam, {})
     out = []
     for design in DESIGNS:
-        folders = [run_folder(args.out, design, objective, t) for t in args.train_seeds]
-        if objective in FAMILY_OF and all(trained(f) for f in folders):
-            out += [f"{design}_gen_s{t}={f}" for t, f in zip(args.train_seeds, folders)]
+        folders = {}
+        for t in args.train_seeds:
+            f = run_folder(args.out, design, objective, t)
+            if not trained(f) and str(t) in kept:
+                f = weights_folder(args.out / "committed_weights" / design / fam / f"seed{t}", kept[str(t)],
+                                   family=fam, training_seed=t,
+                                   source=f"{RESULT[args.on].name}: the weights note of {design} on family:{fam}, "
+                                          f"training seed {t}")
+            elif not trained(f):
+                break
+            folders[t] = f
+        else:
+            out += [f"{design}_gen_s{t}={f}" for t, f in folders.items()]
     return out
+
+
+def weights_folder(folder: Path, params: Mapping[str, float], **meta: Any) -> Path:
+    """A run folder ``set_es:model=`` plays: ``set_es.json`` with ``params`` (and ``meta``), rewritten only when it
+    differs (its files' hash is the policy's identity in the episode rows)."""
+    text = json.dumps({"params": dict(params), **meta}, indent=1) + "\n"
+    path = folder / "set_es.json"
+    if not path.is_file() or path.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
 
 
 def part_eval(args: argparse.Namespace) -> None:
@@ -146,15 +175,10 @@ def per_scenario_models(out: Path, learned: Path = LEARNED, runs: Optional[Path]
             source[(name, t)] = f"train_agent.py --algo set_es --env {name} --seed {t}"
     found: Dict[str, Dict[int, Path]] = {}
     for (name, t), p in sorted(params.items()):
-        folder = out / "per_scenario" / "set_es" / name / f"seed{t}"
         how = (f"{source[(name, t)]}: the weights rows of set_es on {name}, training seed {t}"
                if source[(name, t)] == learned.name else source[(name, t)])
-        text = json.dumps({"params": p, "scenario": name, "training_seed": t, "source": how}, indent=1) + "\n"
-        path = folder / "set_es.json"
-        if not path.is_file() or path.read_text() != text:
-            folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        found.setdefault(name, {})[t] = folder
+        found.setdefault(name, {})[t] = weights_folder(out / "per_scenario" / "set_es" / name / f"seed{t}", p,
+                                                       scenario=name, training_seed=t, source=how)
     return found
 
 
@@ -351,8 +375,8 @@ def build_record(args: argparse.Namespace) -> records.Record:
             print(f"{name}: the committed random episodes differ from the ones played here: nothing of the committed "
                   f"record is carried for it", flush=True)
             theirs = {}
-        played = {_role(p, best)[:3] for p, _s in rows}
-        rows.update({k: r for k, r in theirs.items() if _role(k[0], best)[:3] not in played})
+        played = {_role(p, best) for p, _s in rows}  # (role, design, training seed, source): a model played here
+        rows.update({k: r for k, r in theirs.items() if _role(k[0], best) not in played})
         seeds = sorted({seed for p, seed in rows if p == "random"})
         # a model's episodes count once every training seed has played every seed (a run still playing: left out)
         groups: Dict[tuple, set] = {}

@@ -193,7 +193,11 @@ def plot_family_curves(rec: records.Record, path: Path) -> Path:
                                                              if r.get("role") == "family_curve")]
     panels += [("source", "scenario", n) for n in dict.fromkeys(r["scenario"] for r in rec.rows
                                                                 if r.get("role") == "source_curve")]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.6), squeeze=False)
+    cols = min(max(len(panels), 1), 3)
+    rows = -(-max(len(panels), 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
     for ax, (kind, field, key) in zip(axes.flat, panels):
         mine = [r for r in rec.rows if r.get("role") == f"{kind}_curve" and r[field] == key]
         objective = mine[0]["objective"]

@@ -351,6 +351,25 @@ def test_bench_generalist_front_door_sources_are_playable_run_folders(tmp_path):
     assert not set(bg.per_scenario_models(tmp_path / "smoke", runs=None, kept=kept)) & set(bg.FRONT_DOOR_SOURCES)
 
 
+def test_bench_generalist_replays_committed_generalists_without_their_runs(tmp_path):
+    """A scenario whose episodes changed is replayed without retraining (issue #42): with no generalist run on this
+    machine, each training seed plays as a folder of the weights the committed record keeps, labelled as its run
+    would be; a smoke run takes none of them."""
+    import argparse
+
+    from experiments import bench_generalist as bg
+
+    ns = argparse.Namespace(out=tmp_path, smoke=False, on="reporting", train_seeds=list(bg.TRAIN_SEEDS))
+    got = bg.models(ns, "FMNISTControl")
+    kept = records.load(bg.RESULT["reporting"])["notes"]["weights"]["MixedRounds"]
+    assert [g.split("=")[0] for g in got] == [f"set_es_gen_s{t}" for t in bg.TRAIN_SEEDS]
+    for g, t in zip(got, bg.TRAIN_SEEDS):
+        folder = Path(g.split("=", 1)[1])
+        assert folder.is_relative_to(tmp_path) and json.loads((folder / "set_es.json").read_text())["params"] == \
+            kept[str(t)]
+    assert bg.models(argparse.Namespace(**{**vars(ns), "smoke": True}), "FMNISTControl") == []
+
+
 def test_bench_rl_confirm_carries_the_committed_confirmations(tmp_path):
     """--part confirm re-plays only the models on this machine: with none here, the confirmation record built from
     the committed one gives its entries exactly, each carried row in a chunk naming the commit it came from."""
