@@ -45,7 +45,10 @@ def test_every_design_and_sb3_algorithm_is_a_trainer_of_one_signature():
 def test_settings_come_from_configs_keyed_by_scenario_with_overrides_over_them():
     assert trainers.load_settings("set_es", "Churn") == {"generations": 50, "episodes": 16, "eval_every": 5}
     assert trainers.load_settings("set_es", "fedsel/Bench-PowerOfChoice-v0")["start"] == "kcenter_cover"
-    assert trainers.load_settings("set_es", "Large") == {"generations": 40, "episodes": 8, "eval_every": 5}  # default
+    assert trainers.load_settings("set_es", "Large") == {"generations": 20, "episodes": 4, "eval_every": 5,
+                                                         "start": "kcenter_cover", "sigma0": 0.3, "popsize": 8}
+    assert trainers.load_settings("set_es", "examples/my_federation.yaml") == {  # no entry of its own: default
+        "generations": 40, "episodes": 8, "eval_every": 5}
     got = trainers.load_settings("set_es", "Churn", {"generations": 2, "env_overrides": {"max_rounds": 3}})
     assert got == {"generations": 2, "episodes": 16, "eval_every": 5, "env_overrides": {"max_rounds": 3}}
     q = trainers.es_config("set_es_q", "Churn", 0, {})
