@@ -256,6 +256,18 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
                     {t: FRONT_DOOR_RUNS / f"set_es_{name}_seed{t}" for t in args.train_seeds},
                     tuple(dict.fromkeys(("random", BEST_SINGLE, best_heuristic(name, ref)))),
                     f"set_es trained on {name}: curve") for name in FRONT_DOOR_SOURCES]
+    def summarise(kind: str, field: str, key: str, objective: str, label: str) -> None:
+        """The curve's summaries from its rows in ``rec``: each reference's mean, the first and last points'."""
+        mine = [r for r in rec.rows if r.get(field) == key and r.get("role") in (f"{kind}_curve", f"{kind}_reference")]
+        where = "on the curve's seeds" if kind == "source" else "on the tuning draws"
+        for policy in dict.fromkeys(r["policy"] for r in mine if r["role"] == f"{kind}_reference"):
+            rec.summarise(f"{key}: {policy} mean {objective} {where}", "mean", "value",
+                          where={"role": f"{kind}_reference", field: key, "policy": policy})
+        gens = [r["generation"] for r in mine if r["role"] == f"{kind}_curve"]
+        for g in sorted({min(gens), max(gens)}):
+            rec.summarise(f"{key}: {label} at generation {g}, mean over training seeds", "mean", "value",
+                          where={"role": f"{kind}_curve", field: key, "generation": g})
+
     for key, field, objective, folders, policies, label in groups:
         kind = "family" if field == "family" else "source"
         folders = {t: f for t, f in folders.items() if trained(f)}
@@ -263,14 +275,7 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
             for r in committed[key]:
                 rec.add_row(rec.chunk_of(r, "", "runs not on this machine"),
                             **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
-            for policy in dict.fromkeys(r["policy"] for r in committed[key] if r["role"] == f"{kind}_reference"):
-                rec.summarise(f"{key}: {policy} mean {objective} on the curve's seeds" if kind == "source" else
-                              f"{key}: {policy} mean {objective} on the tuning draws", "mean", "value",
-                              where={"role": f"{kind}_reference", field: key, "policy": policy})
-            gens = [r["generation"] for r in committed[key] if r["role"] == f"{kind}_curve"]
-            for g in sorted({min(gens), max(gens)}):
-                rec.summarise(f"{key}: {label} at generation {g}, mean over training seeds", "mean", "value",
-                              where={"role": f"{kind}_curve", field: key, "generation": g})
+            summarise(kind, field, key, objective, label)
             continue
         if not folders:
             continue
@@ -278,13 +283,11 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
             made.append(rec.chunk(records.git_provenance(ROOT, ("fedsel_env", "agents", "experiments")),
                                   note="the learning curves (the runs' progress.jsonl) and the reference policies' "
                                        "episodes on the same seeds, played here"))
-        gens = []
         for t, f in sorted(folders.items()):
             cfg = json.loads((f / "config.json").read_text())
             for row in map(json.loads, (f / "progress.jsonl").read_text().splitlines()):
                 if row.get("eval_values") is None:
                     continue
-                gens.append(row["generation"])
                 for seed, v in zip(cfg["eval_seeds"], row["eval_values"]):
                     rec.add_row(made[0], role=f"{kind}_curve", **{field: key}, design="set_es", training_seed=t,
                                 generation=row["generation"], seed=seed, objective=objective, value=v)
@@ -293,12 +296,7 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
             for seed, v in by_seed.items():
                 rec.add_row(made[0], role=f"{kind}_reference", **{field: key}, policy=policy, seed=seed,
                             objective=objective, value=v)
-            rec.summarise(f"{key}: {policy} mean {objective} on the curve's seeds" if kind == "source" else
-                          f"{key}: {policy} mean {objective} on the tuning draws", "mean", "value",
-                          where={"role": f"{kind}_reference", field: key, "policy": policy})
-        for g in sorted({min(gens), max(gens)}):
-            rec.summarise(f"{key}: {label} at generation {g}, mean over training seeds", "mean", "value",
-                          where={"role": f"{kind}_curve", field: key, "generation": g})
+        summarise(kind, field, key, objective, label)
 
 
 def _role(policy: str, best: str) -> tuple:
