@@ -36,6 +36,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from agents.training import trainers
 from fedsel_env.bench import REPORTING_SEEDS, TUNING_SEEDS, scenario
+from fedsel_eval import records
 from fedsel_eval.bench import reference_policies, reference_rows, run_scenario
 from fedsel_eval.markdown import splice
 from fedsel_eval.learned import (CONFIRM_SETS, DESIGNS, ES_DESIGNS, LARGER_N_DESIGNS, PICK_SEEDS,
@@ -196,7 +197,9 @@ def part_picks(args: argparse.Namespace, deadline: float) -> None:
 
 def report(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> None:
     """The record (``<out>/record.json``; published to ``RESULT`` and the docs unless ``--smoke``/``--no-publish``)."""
-    rec = build_record(args, budgets(args), ROOT, code_paths=("fedsel_env", "agents", "fedsel_eval", "experiments"))
+    committed = records.load(RESULT) if RESULT.is_file() and not args.smoke else None  # its cells not played here
+    rec = build_record(args, budgets(args), ROOT, code_paths=("fedsel_env", "agents", "fedsel_eval", "experiments"),
+                       committed=committed)
     rec.write(args.out / "record.json", written_by={"command": " ".join(["experiments/bench_learned.py",
                                                                           *(argv or sys.argv[1:])])})
     board = rec.notes["leaderboard"]

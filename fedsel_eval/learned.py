@@ -154,57 +154,105 @@ def picks_episode(env: Any, sc: Any, folder: Path, seed: int) -> Dict[str, Any]:
             "oracle_minus_learned": dict(zip(token_names(spec), np.mean(dz, axis=0).tolist()))}
 
 
-def add_picks(rec: records.Record, args: Any, chunk: str) -> None:
-    """Rows and summaries of ``part_picks`` (each scenario and design whose episodes are all there)."""
+#: the roles of a scenario's reporting episodes (the leaderboard's rows)
+EPISODE_ROLES = ("learned", "random", "lookahead", "best_heuristic")
+
+
+def design_of(row: Mapping[str, Any]) -> Optional[str]:
+    """The learned design a record row belongs to (its cell of the leaderboard), or None for a row of random, a
+    heuristic or the oracle."""
+    return row.get("design") or (row.get("policy") if row.get("training_seed") is not None else None)
+
+
+def _carry_rows(rec: records.Record, chunk: str, rows: Sequence[Mapping[str, Any]], designs: Sequence[str],
+                references: bool) -> None:
+    """Carry the committed ``rows`` of ``designs`` (and, with ``references``, those of no design: random's, the
+    heuristics', the oracle's) into ``rec``."""
+    for r in rows:
+        d = design_of(r)
+        if d in designs or (references and d is None):
+            rec.carry(r, chunk, "its models were not played on this machine")
+
+
+def add_picks(rec: records.Record, args: Any, chunk: str, old: Mapping[str, Sequence[Mapping[str, Any]]] = {},
+              carried: Mapping[str, Sequence[str]] = {}) -> None:
+    """Rows and summaries of ``part_picks`` (each scenario and design whose episodes are all there; the committed
+    ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     for name in args.scenarios:
+        mine = [r for r in old.get(name, ()) if r.get("role") in ("picks", "picks_token")]
         for design in ES_DESIGNS:
             path = args.out / "picks" / name / f"{design}.jsonl"
-            if not path.is_file():
-                continue
-            rows = {(r["training_seed"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
+            rows = {(r["training_seed"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())} \
+                if path.is_file() else {}
             want = [(t, s) for t in args.train_seeds for s in args.seeds[:PICK_SEEDS]]
-            if not all(k in rows for k in want):
-                continue
             w = {"scenario": name, "design": design}
-            for key in want:
-                r = rows[key]
-                rec.add_row(chunk, **w, role="picks", training_seed=key[0], seed=key[1], rounds=r["rounds"],
-                            overlap=r["overlap"], learned_best=r["learned_best"],
-                            candidates_better=r["candidates_better"])
-                for feat, v in r["oracle_minus_learned"].items():
-                    rec.add_row(chunk, **w, role="picks_token", training_seed=key[0], seed=key[1], param=feat, value=v)
+            if rows and all(k in rows for k in want):
+                for key in want:
+                    r = rows[key]
+                    rec.add_row(chunk, **w, role="picks", training_seed=key[0], seed=key[1], rounds=r["rounds"],
+                                overlap=r["overlap"], learned_best=r["learned_best"],
+                                candidates_better=r["candidates_better"])
+                    for feat, v in r["oracle_minus_learned"].items():
+                        rec.add_row(chunk, **w, role="picks_token", training_seed=key[0], seed=key[1], param=feat,
+                                    value=v)
+                feats = list(rows[want[0]]["oracle_minus_learned"])
+            elif design in carried.get(name, ()) and any(r["design"] == design for r in mine):
+                _carry_rows(rec, chunk, mine, (design,), False)
+                feats = list(dict.fromkeys(r["param"] for r in mine if r["design"] == design
+                                           and r["role"] == "picks_token"))
+            else:
+                continue
             for fld, what in (("overlap", "share of the oracle's clients it also picks"),
                               ("learned_best", "share of rounds its pick is the oracle's best candidate"),
                               ("candidates_better", "share of the oracle's candidates that score better than its pick")):
                 rec.summarise(f"{name}: {design} vs the oracle, {what}", "t_interval", fld, where={**w, "role": "picks"})
-            for feat in rows[want[0]]["oracle_minus_learned"]:
+            for feat in feats:
                 rec.summarise(f"{name}: {design} vs the oracle, oracle − learned mean standardised {feat}", "t_interval",
                               "value", where={**w, "role": "picks_token", "param": feat})
 
 
-def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm") -> None:
-    """Rows and paired differences of ``part_confirm``'s episodes for ``role`` (scenarios where all of them are
-    there)."""
-    seeds, label, candidates = CONFIRM_SETS[role]
-    ref = reference_rows()
-    for name in args.scenarios:
-        path = args.out / role / name / "episodes.jsonl"
-        if not path.is_file():
-            continue
-        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
-        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
-        if not all((p, s) in rows for p in ("random", best) for s in seeds):
-            continue
-        designs = [d for d in candidates if all((f"{d}_s{t}", s) in rows for t in args.train_seeds for s in seeds)]
-        if not designs:
-            continue
-        for p in ["random", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]]:
-            design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in designs else None
+def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, role: str, path: Path,
+                       seeds: Sequence[int], candidates: Sequence[str], old: Mapping[str, Sequence[Mapping[str, Any]]],
+                       carried: Mapping[str, Sequence[str]], **fields: Any) -> List[str]:
+    """The rows of one of the parts played beside the leaderboard (``larger_n``, ``confirm``, ``fresh``) on ``name``:
+    random's, the best heuristic's and every design's of ``candidates`` whose episodes are all in ``path``, and the
+    committed ``old`` rows of a design whose leaderboard cell is ``carried`` (never those of a model trained again
+    here: they are another model's). Returns the designs reported, in ``candidates``' order."""
+    best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
+    rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())} \
+        if path.is_file() else {}
+    refs_here = all((p, s) in rows for p in ("random", best) for s in seeds)
+    here = [d for d in candidates
+            if refs_here and all((f"{d}_s{t}", s) in rows for t in args.train_seeds for s in seeds)]
+    mine = [r for r in old.get(name, ()) if r.get("role") == role]
+    kept = [d for d in candidates if d not in here and d in carried.get(name, ())
+            and any(design_of(r) == d for r in mine)]
+    if not here and not kept:
+        return []
+    if here:
+        for p in ["random", best, *[f"{d}_s{t}" for d in here for t in args.train_seeds]]:
+            design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in here else None
             for s in seeds:
                 r = rows[(p, s)]
-                rec.add_row(chunk, scenario=name, role=role, policy=design or p,
+                rec.add_row(chunk, scenario=name, **fields, role=role, policy=design or p,
                             training_seed=int(p.rsplit("_s", 1)[1]) if design else None, seed=s,
-                            objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
+                            objective=r["objective"], value=r["value"], censored=r["censored"],
+                            config_sha=r["config_sha"])
+    _carry_rows(rec, chunk, mine, kept, references=not here)
+    return [d for d in candidates if d in here or d in kept]
+
+
+def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm",
+                old: Mapping[str, Sequence[Mapping[str, Any]]] = {}, carried: Mapping[str, Sequence[str]] = {}) -> None:
+    """Rows and paired differences of ``part_confirm``'s episodes for ``role`` (scenarios where all of them are
+    there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
+    seeds, label, candidates = CONFIRM_SETS[role]
+    for name in args.scenarios:
+        best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
+        designs = _add_side_episodes(rec, args, chunk, name, role, args.out / role / name / "episodes.jsonl", seeds,
+                                     candidates, old, carried)
+        if not designs:
+            continue
         w = {"scenario": name, "role": role}
         for design in designs:
             for ref_pol in ("random", best):
@@ -215,30 +263,17 @@ def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm
                           where={**w, "policy": p})
 
 
-def add_larger_n(rec: records.Record, args: Any, chunk: str) -> None:
+def add_larger_n(rec: records.Record, args: Any, chunk: str, old: Mapping[str, Sequence[Mapping[str, Any]]] = {},
+                 carried: Mapping[str, Sequence[str]] = {}) -> None:
     """Rows and paired differences of ``part_larger_n``'s episodes (each scenario and design whose episodes are all
-    there)."""
-    ref = reference_rows()
+    there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     for name in args.scenarios:
-        path = args.out / "eval_2n" / name / "episodes.jsonl"
-        if not path.is_file():
-            continue
-        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
-        rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())}
-        if not all((p, s) in rows for p in ("random", best) for s in args.seeds):
-            continue
-        designs = [d for d in LARGER_N_DESIGNS
-                   if all((f"{d}_s{t}", s) in rows for t in args.train_seeds for s in args.seeds)]
+        best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
+        n = larger_config(name)["num_clients"]
+        designs = _add_side_episodes(rec, args, chunk, name, "larger_n", args.out / "eval_2n" / name / "episodes.jsonl",
+                                     args.seeds, LARGER_N_DESIGNS, old, carried, num_clients=n)
         if not designs:
             continue
-        n = larger_config(name)["num_clients"]
-        for p in ["random", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]]:
-            design = p.rsplit("_s", 1)[0] if p.rsplit("_s", 1)[0] in designs else None
-            for s in args.seeds:
-                r = rows[(p, s)]
-                rec.add_row(chunk, scenario=name, num_clients=n, role="larger_n", policy=design or p,
-                            training_seed=int(p.rsplit("_s", 1)[1]) if design else None, seed=s,
-                            objective=r["objective"], value=r["value"], censored=r["censored"], config_sha=r["config_sha"])
         w = {"scenario": name, "role": "larger_n"}
         for design in designs:
             for ref_pol in ("random", best):
@@ -249,9 +284,32 @@ def add_larger_n(rec: records.Record, args: Any, chunk: str) -> None:
                           where={**w, "policy": p})
 
 
+def _replay_check(committed_rows: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]], design: str,
+                  provenance: Mapping[str, Any]) -> Dict[str, Any]:
+    """How a design's reporting episodes played here compare with the committed record's of the same cell: how many
+    of its (training seed, seed) values are equal (the front door reproduces the committed model where all are)."""
+    old = {(r["training_seed"], r["seed"]): r["value"] for r in committed_rows
+           if r.get("role") == "learned" and r["policy"] == design}
+    new = {(r["training_seed"], r["seed"]): r["value"] for r in rows
+           if r.get("role") == "learned" and r["policy"] == design}
+    commits = sorted({r["_carried_from"]["commit"] for r in committed_rows
+                      if r.get("role") == "learned" and r["policy"] == design})
+    return {"played_at": provenance.get("commit"), "committed_rows_at": commits, "rows": len(new),
+            "equal_to_committed": sum(1 for k, v in new.items() if k in old and old[k] == v)}
+
+
 def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
-                 code_paths: Sequence[str] = ("fedsel_env", "agents", "fedsel_eval")) -> records.Record:
+                 code_paths: Sequence[str] = ("fedsel_env", "agents", "fedsel_eval"),
+                 committed: Optional[Mapping[str, Any]] = None) -> records.Record:
     """The record: every reporting episode of every model, and of random, the best heuristic and the oracle.
+
+    A report grows the record over sessions (``runs/`` does not outlive a machine, and re-training every design
+    takes many hours): a leaderboard cell (scenario, design) whose three models are trained and played here is
+    built from ``runs/``; every other cell of the ``committed`` record is carried from it, row for row (its
+    episodes, training cost, learning curve, weights, 2 × N, confirmation and picks rows, in chunks that keep the
+    commits they were computed at), and its summaries are computed again from those rows. A cell played here whose
+    committed rows are of other models (trained at other commits or machines) replaces them; ``notes.front_door``
+    says, per cell played here, how many of its rows equal the committed ones.
 
     :param args: the run (``experiments/bench_learned.py``'s arguments): ``out``, ``scenarios``, ``train_seeds``,
         ``seeds``, ``smoke``, ``overrides``.
@@ -259,53 +317,74 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
     :param root: the repository, whose commit the record's chunk names.
     :param code_paths: the paths under ``root`` whose uncommitted changes mark the chunk dirty (the caller adds its
         own script's folder).
+    :param committed: the committed record (:func:`records.load`), whose cells not played here are carried; None
+        carries nothing (a smoke run).
     """
     ref = reference_rows()
     rec = records.Record("bench_learned", config={
         "designs": list(DESIGNS), "train_seeds": list(args.train_seeds), "reporting_seeds": list(args.seeds),
         **budgets, "overrides": dict(args.overrides)})
-    chunk = rec.chunk(records.git_provenance(root, tuple(code_paths)),
+    provenance = records.git_provenance(root, tuple(code_paths))
+    chunk = rec.chunk(provenance,
                       note="the report: every episode gathered (and any missing one played) at this commit; the "
                            "models' own episodes were played by `--part eval` (runs/bench_learned/eval/)")
+    old: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records.carried_rows(committed) if committed else ():
+        old.setdefault(r["scenario"], []).append(r)
+    front_door = dict((committed or {}).get("notes", {}).get("front_door", {}))
+    carried: Dict[str, List[str]] = {}
     leaderboard = []
     for name in args.scenarios:
         sc = scenario(name)
         path = args.out / "eval" / name / "episodes.jsonl"
-        if not path.is_file():
-            continue
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
         best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         seeds = set(args.seeds)
         by_key = {}
         for r in [*ref, *rows]:
             if r["scenario"] == name and r["seed"] in seeds:
                 by_key[(r["policy"], r["seed"])] = r
-        designs = [d for d in trained_designs(args, name)
-                   if all((f"{d}_s{t}", s) in by_key for t in args.train_seeds for s in seeds)]
-        if not designs or not all((p, s) in by_key for p in ("random", "lookahead", best) for s in seeds):
+        played = [d for d in trained_designs(args, name)
+                  if rows and all((f"{d}_s{t}", s) in by_key for t in args.train_seeds for s in seeds)]
+        if played and not all((p, s) in by_key for p in ("random", "lookahead", best) for s in seeds):
             print(f"{name}: not every policy has played every reporting seed yet: not reported")
+            played = []
+        mine = old.get(name, [])
+        carried[name] = [d for d in DESIGNS if d not in played
+                         and any(r.get("role") == "learned" and r["policy"] == d for r in mine)]
+        if not played and not carried[name]:
             continue
-        want = {"random", "lookahead", best, *[f"{d}_s{t}" for d in designs for t in args.train_seeds]}
-        for (pol, seed), r in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            if pol not in want:
-                continue
-            design = pol.rsplit("_s", 1)[0] if pol not in ("random", "lookahead", best) else None
-            rec.add_row(chunk, scenario=name, policy=design or pol,
-                        role="learned" if design else ("best_heuristic" if pol == best else pol),
-                        training_seed=int(pol.rsplit("_s", 1)[1]) if design else None, seed=seed,
-                        objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
-                        sim_time=r["sim_time"], final_accuracy=r["final_accuracy"], acc_worst10=r["acc_worst10"],
-                        wall_time_s=r["wall_time_s"], config_sha=r["config_sha"])
+        if played:
+            want = {"random", "lookahead", best, *[f"{d}_s{t}" for d in played for t in args.train_seeds]}
+            for (pol, seed), r in sorted(by_key.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+                if pol not in want:
+                    continue
+                design = pol.rsplit("_s", 1)[0] if pol not in ("random", "lookahead", best) else None
+                rec.add_row(chunk, scenario=name, policy=design or pol,
+                            role="learned" if design else ("best_heuristic" if pol == best else pol),
+                            training_seed=int(pol.rsplit("_s", 1)[1]) if design else None, seed=seed,
+                            objective=sc.objective, value=r["value"], censored=r["censored"], rounds=r["rounds"],
+                            sim_time=r["sim_time"], final_accuracy=r["final_accuracy"], acc_worst10=r["acc_worst10"],
+                            wall_time_s=r["wall_time_s"], config_sha=r["config_sha"])
+            for design in played:
+                front_door[f"{name}/{design}"] = _replay_check(mine, rec.rows, design, provenance)
+        _carry_rows(rec, chunk, [r for r in mine if r.get("role") in EPISODE_ROLES], carried[name],
+                    references=not played)
         w = {"scenario": name}
-        ep = {**w, "role": ["learned", "random", "lookahead", "best_heuristic"]}  # episode rows, not training rows
+        ep = {**w, "role": list(EPISODE_ROLES)}  # episode rows, not training rows
         mean = {p: rec.summarise(f"{name}: {p} mean {sc.objective}", "mean", "value",
                                  where={**ep, "policy": p}) for p in ("random", "lookahead", best)}
-        for design in designs:
-            for t in args.train_seeds:
-                summ = training_summary(args.out, name, t, design)
-                rec.add_row(chunk, scenario=name, design=design, role="training", training_seed=t,
-                            train_seconds=summ["train_seconds"], env_rounds=summ["env_rounds"],
-                            oracle_rounds=summ["oracle_rounds"])
+        for design in [d for d in DESIGNS if d in played or d in carried[name]]:
+            here = design in played
+            cell = [r for r in mine if design_of(r) == design]
+            if here:
+                for t in args.train_seeds:
+                    summ = training_summary(args.out, name, t, design)
+                    rec.add_row(chunk, scenario=name, design=design, role="training", training_seed=t,
+                                train_seconds=summ["train_seconds"], env_rounds=summ["env_rounds"],
+                                oracle_rounds=summ["oracle_rounds"])
+            else:
+                _carry_rows(rec, chunk, [r for r in cell if r.get("role") == "training"], (design,), False)
             mean[design] = rec.summarise(f"{name}: {design} mean {sc.objective}", "mean", "value",
                                          where={**ep, "policy": design})
             diffs = {}
@@ -314,8 +393,12 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
                                            "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
                 rec.summarise(f"{name}: {design} − {tag} ({ref_pol}), across training seeds", "paired_t_across",
                               "value", where={**ep, "policy": design}, minus={**ep, "policy": ref_pol})
+            if design in DISTILLED or design in ES_DESIGNS:  # its learning curve (and the ES weights)
+                if not here:
+                    _carry_rows(rec, chunk, [r for r in cell if r.get("role") in ("curve", "weights")], (design,),
+                                False)
             if design in DISTILLED:  # its learning curve: greedy objective on tuning seeds, regret to the oracle
-                for t in args.train_seeds:
+                for t in args.train_seeds if here else ():
                     prog = run_folder(args.out, name, t, design) / "progress.jsonl"
                     for line in prog.read_text().splitlines():
                         r = json.loads(line)
@@ -334,7 +417,7 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
             if design in ES_DESIGNS:  # its learning curve: the search's mean on the tuning seeds, per generation
-                for t in args.train_seeds:
+                for t in args.train_seeds if here else ():
                     prog = run_folder(args.out, name, t, design) / "progress.jsonl"
                     for line in prog.read_text().splitlines():
                         r = json.loads(line)
@@ -343,27 +426,31 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
                                     candidates_best=float(min(r["values_mean"]) if sc.lower_is_better
                                                           else max(r["values_mean"])),
                                     tuning_objective=r.get("eval_mean"))
-                end = {"scenario": name, "role": "curve", "design": design,
-                       "generation": int(json.loads(prog.read_text().splitlines()[-1])["generation"])}
+                last_gen = max(r["generation"] for r in records.select(
+                    rec.rows, {"scenario": name, "role": "curve", "design": design}))
+                end = {"scenario": name, "role": "curve", "design": design, "generation": int(last_gen)}
                 rec.summarise(f"{name}: {design}'s tuning-seed objective at the end", "t_interval",
                               "tuning_objective", where=end)
-                for t in args.train_seeds:  # the deployed weights, by name (what the search found)
+                for t in args.train_seeds if here else ():  # the deployed weights, by name (what the search found)
                     pol = json.loads((run_folder(args.out, name, t, design) / "set_es.json").read_text())
                     for pname, v in pol["params"].items():
                         rec.add_row(chunk, scenario=name, design=design, role="weights", training_seed=t,
                                     param=pname, value=float(v))
-                tpath = args.out / "tuning" / name / "episodes.jsonl"
-                trows = [json.loads(x) for x in tpath.read_text().splitlines()] if tpath.is_file() else []
-                for r in trows if not any(x.get("role") == "tuning_reference" and x["scenario"] == name
-                                          for x in rec.rows) else ():
-                    if r["policy"] in ("random", best) and r["seed"] in TUNING_SEEDS:
-                        rec.add_row(chunk, scenario=name, role="tuning_reference", policy=r["policy"], seed=r["seed"],
-                                    objective=sc.objective, value=r["value"], config_sha=r["config_sha"])
+                if not records.select(rec.rows, {**w, "role": "tuning_reference"}):
+                    tpath = args.out / "tuning" / name / "episodes.jsonl"
+                    trows = [json.loads(x) for x in tpath.read_text().splitlines()] if tpath.is_file() else []
+                    for r in trows:
+                        if r["policy"] in ("random", best) and r["seed"] in TUNING_SEEDS:
+                            rec.add_row(chunk, scenario=name, role="tuning_reference", policy=r["policy"],
+                                        seed=r["seed"], objective=sc.objective, value=r["value"],
+                                        config_sha=r["config_sha"])
+                    if not trows:
+                        _carry_rows(rec, chunk, [r for r in mine if r.get("role") == "tuning_reference"], (), True)
                 for p in ("random", best):
                     key = f"{name}: {p} mean {sc.objective} on the tuning seeds"
-                    if any(r["policy"] == p for r in trows) and not any(sm["name"] == key for sm in rec.summaries):
-                        rec.summarise(f"{name}: {p} mean {sc.objective} on the tuning seeds", "mean", "value",
-                                      where={**w, "role": "tuning_reference", "policy": p})
+                    if records.select(rec.rows, {**w, "role": "tuning_reference", "policy": p}) \
+                            and not any(sm["name"] == key for sm in rec.summaries):
+                        rec.summarise(key, "mean", "value", where={**w, "role": "tuning_reference", "policy": p})
             tw = {**w, "role": "training", "design": design}
             train_s = rec.summarise(f"{name}: {design} training wall seconds per training seed", "mean",
                                     "train_seconds", where=tw)
@@ -381,19 +468,23 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
                 "delta_vs_best_heuristic_ci": [lo, hi], "beats_best_heuristic": bool(better),
                 "delta_vs_oracle": diffs["oracle"]["mean"], "delta_vs_oracle_ci": [diffs["oracle"]["lo"], diffs["oracle"]["hi"]],
                 "train_seconds_per_seed": train_s, "env_rounds_per_seed": env_rounds})
-    add_larger_n(rec, args, chunk)
+    add_larger_n(rec, args, chunk, old, carried)
     for role in CONFIRM_SETS:
-        add_confirm(rec, args, chunk, role)
-    add_picks(rec, args, chunk)
+        add_confirm(rec, args, chunk, role, old, carried)
+    add_picks(rec, args, chunk, old, carried)
     rec.notes["leaderboard"] = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in e.items()}
                                 for e in leaderboard]  # a normalised score without headroom is None, not NaN
     rec.notes["reading"] = ("normalised = (random − policy) / (random − oracle) of the means over the reporting "
                             "seeds; deltas are policy − reference in the objective's units, paired by seed, the "
                             "learned policy's value averaged over its training seeds; 'beats_best_heuristic': the "
                             "95% t CI lies on the better side of 0")
+    if front_door:
+        rec.notes["front_door"] = {k: front_door[k] for k in sorted(front_door)
+                                   if k.split("/")[0] in args.scenarios}
     return rec
 
 
-__all__ = ["CONFIRM_SEEDS", "CONFIRM_SETS", "DESIGNS", "DISTILLED", "ES_DESIGNS", "LARGER_N_DESIGNS", "PICK_SEEDS",
-           "SB3_DESIGNS", "add_confirm", "add_larger_n", "add_picks", "best_heuristic", "build_record", "larger_config",
-           "picks_episode", "policy_text", "run_folder", "trained_designs", "training_summary"]
+__all__ = ["CONFIRM_SEEDS", "CONFIRM_SETS", "DESIGNS", "DISTILLED", "EPISODE_ROLES", "ES_DESIGNS", "LARGER_N_DESIGNS",
+           "PICK_SEEDS", "SB3_DESIGNS", "add_confirm", "add_larger_n", "add_picks", "best_heuristic", "build_record",
+           "design_of", "larger_config", "picks_episode", "policy_text", "run_folder", "trained_designs",
+           "training_summary"]

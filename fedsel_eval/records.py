@@ -259,6 +259,12 @@ class Record:
                                                             f"({src.get('note', '')}): {why}")
         return self._carried[src["id"]]
 
+    def carry(self, row: Mapping[str, Any], default: str, why: str = "not played on this machine") -> Dict[str, Any]:
+        """Add a row carried from a committed record (one of :func:`carried_rows`) in the chunk :meth:`chunk_of` gives
+        it (``default`` for a row not carried)."""
+        return self.add_row(self.chunk_of(row, default, why),
+                            **{k: v for k, v in row.items() if k not in ("_carried_from", "chunk")})
+
     def add_row(self, chunk: str, **fields: Any) -> Dict[str, Any]:
         """Add one row (an episode: :data:`EPISODE_FIELDS`, and whatever a table prints) computed in ``chunk``."""
         if chunk not in {c["id"] for c in self.chunks}:
@@ -368,6 +374,13 @@ def check(data: Mapping[str, Any], where: str) -> None:
                              f"record ('summary_only') says why")
 
 
+def carried_rows(data: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """A loaded record's rows, each with the chunk it came from as ``_carried_from`` (what :meth:`Record.carry` and
+    :meth:`Record.chunk_of` read): a report that grows a record over sessions carries what ``runs/`` no longer holds."""
+    chunks = {c["id"]: c for c in data["chunks"]}
+    return [{**r, "_carried_from": chunks[r["chunk"]]} for r in data["rows"]]
+
+
 def load(path: Path) -> Dict[str, Any]:
     """Read and check a record file (``ValueError`` naming the file when it is not one)."""
     try:
@@ -380,5 +393,5 @@ def load(path: Path) -> Dict[str, Any]:
     return data
 
 
-__all__ = ["EPISODE_FIELDS", "FORMAT", "STATS", "TOLERANCE", "Record", "check", "compute", "figures_in",
-           "git_provenance", "load", "same", "select", "t_interval"]
+__all__ = ["EPISODE_FIELDS", "FORMAT", "STATS", "TOLERANCE", "Record", "carried_rows", "check", "compute",
+           "figures_in", "git_provenance", "load", "same", "select", "t_interval"]

@@ -279,6 +279,93 @@ def test_bench_rl_carries_the_committed_rows_of_designs_trained_elsewhere(tmp_pa
     assert {c["commit"] for c in rec.chunks if c["note"].startswith("carried")} == old_commits
 
 
+def _bench_learned_args(out):
+    import argparse
+
+    from experiments import bench_learned as bl
+
+    return argparse.Namespace(out=out, scenarios=list(bl.SCENARIOS), train_seeds=list(bl.TRAIN_SEEDS),
+                              seeds=list(bl.REPORTING_SEEDS), smoke=False, overrides={}, generations=None,
+                              episodes=None, candidates=None, eval_every=None)
+
+
+def test_bench_learned_carries_every_cell_not_played_here(tmp_path):
+    """Re-recording the learned leaderboard through the front door takes many hours (issue #46), so the record grows
+    over sessions: with none of its models on this machine, the report rebuilds the committed record from its own
+    rows — every row, every summary (in order, equal), the leaderboard — each row in a chunk naming the commit it was
+    recorded at."""
+    from experiments import bench_learned as bl
+    from fedsel_eval.learned import build_record
+
+    args = _bench_learned_args(tmp_path)
+    committed = records.load(bl.RESULT)
+    rec = build_record(args, bl.budgets(args), ROOT, committed=committed)
+    strip = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
+                                for r in rows)
+    assert strip(rec.rows) == strip(committed["rows"])
+    assert [s["name"] for s in rec.summaries] == [s["name"] for s in committed["summaries"]]
+    assert all(records.same(a["value"], b["value"]) for a, b in zip(rec.summaries, committed["summaries"]))
+    assert rec.notes == committed["notes"]
+    commits = {c["id"]: c["commit"] for c in rec.chunks}
+    assert {commits[r["chunk"]] for r in rec.rows} <= {c["commit"] for c in committed["chunks"]}
+    path = tmp_path / "record.json"
+    rec.write(path)
+    assert recompute.main(["--quiet", str(path)]) == 0
+
+
+def test_bench_learned_replaces_a_cell_trained_again_here_and_drops_its_old_models_side_rows(tmp_path):
+    """A cell whose three models are trained and played here (the front door's re-record, issue #46) replaces the
+    committed cell: its episodes, training cost and learning curve are this machine's, the front-door note counts how
+    many of its rows equal the committed ones, and the committed 2 × N rows of the old models are not carried beside
+    the new ones (they are another model's); every other cell is carried unchanged."""
+    from experiments import bench_learned as bl
+    from fedsel_eval.learned import build_record, run_folder
+
+    args = _bench_learned_args(tmp_path)
+    committed = records.load(bl.RESULT)
+    cell = [r for r in committed["rows"] if r.get("scenario") == "FreeRiders"
+            and (r.get("policy") == "set_distill" or r.get("design") == "set_distill")]
+    episodes = []
+    for r in committed["rows"]:  # the scenario's reporting episodes as `--part eval` writes them
+        if r.get("scenario") == "FreeRiders" and r.get("role") == "learned" and r["policy"] == "set_distill":
+            changed = r["training_seed"] == 1 and r["seed"] == 9003  # one episode differs from the committed one
+            episodes.append({**{k: r[k] for k in ("scenario", "seed", "censored", "rounds", "sim_time", "final_accuracy",
+                                                  "acc_worst10", "wall_time_s", "config_sha")},
+                             "policy": f"set_distill_s{r['training_seed']}", "value": r["value"] + 2 * changed})
+    eval_dir = tmp_path / "eval" / "FreeRiders"
+    eval_dir.mkdir(parents=True)
+    eval_dir.joinpath("episodes.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    for t in args.train_seeds:
+        folder = run_folder(tmp_path, "FreeRiders", t, "set_distill")
+        folder.mkdir(parents=True)
+        (train,) = [r for r in cell if r["role"] == "training" and r["training_seed"] == t]
+        folder.joinpath("summary.json").write_text(json.dumps(
+            {"complete": True, "train_seconds": 60.0 + t, "env_rounds": train["env_rounds"],
+             "oracle_rounds": train["oracle_rounds"]}))
+        folder.joinpath("progress.jsonl").write_text("".join(json.dumps(
+            {"episode": r["episode"], "regret": r["regret"], "learner_best": r["learner_best"], "beta": r["beta"],
+             "div_weight": r["div_weight"], "eval_mean": r["tuning_objective"]}) + "\n"
+            for r in cell if r["role"] == "curve" and r["training_seed"] == t))
+    rec = build_record(args, bl.budgets(args), ROOT, committed=committed)
+    here = {c["id"] for c in rec.chunks if not c["note"].startswith("carried")}
+    mine = [r for r in rec.rows if r.get("scenario") == "FreeRiders"
+            and (r.get("policy") == "set_distill" or r.get("design") == "set_distill")]
+    assert {r["role"] for r in mine} == {"learned", "training", "curve"}  # no 2 x N rows of the old models
+    assert all(r["chunk"] in here for r in mine)
+    assert sorted(r["train_seconds"] for r in mine if r["role"] == "training") == [60.0, 61.0, 62.0]
+    assert rec.notes["front_door"]["FreeRiders/set_distill"]["rows"] == 90
+    assert rec.notes["front_door"]["FreeRiders/set_distill"]["equal_to_committed"] == 89
+    (entry,) = [e for e in rec.notes["leaderboard"] if (e["scenario"], e["policy"]) == ("FreeRiders", "set_distill")]
+    (old,) = [e for e in committed["notes"]["leaderboard"]
+              if (e["scenario"], e["policy"]) == ("FreeRiders", "set_distill")]
+    assert entry["mean"] == pytest.approx(old["mean"] + 2 / 90)
+    assert not any(s["name"].startswith("FreeRiders at N = 80: set_distill") for s in rec.summaries)
+    others = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
+                                 for r in rows if not (r.get("scenario") == "FreeRiders" and (
+                                     r.get("policy") == "set_distill" or r.get("design") == "set_distill")))
+    assert others(rec.rows) == others(committed["rows"])
+
+
 def test_bench_generalist_smoke_trains_on_a_family_and_scores_on_a_bench_scenario(tmp_path):
     """experiments/bench_generalist.py (issue #42): set_es trained on family:MixedWorst10 only (train_agent.py), its
     weights played unchanged on Churn beside random and the best heuristic; a record whose every summary recomputes,
