@@ -24,13 +24,16 @@ A diverged lookahead scores −∞. Its cost: every round plays ``candidates × 
 """
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
 from fedsel_env.metrics import tail_means
+from fedsel_env.sim.federation import run_inline
 from fedsel_env.spec import SelectionSpec
+from fedsel_env.vector_training import drive
 
 from .base import SelectionAgent
 from .registry import AGENTS, make
@@ -49,6 +52,17 @@ class _Channel:
         return self.oracle.federation.query_losses(np.asarray(clients, dtype=np.int64))
 
 
+def _round_copy(fed: Any, snap: Dict[str, Any]) -> Any:
+    """A federation that shares ``fed``'s data, model and trainer but holds its own copy of the round state
+    ``snap`` (``Federation.snapshot``): a candidate round played on it leaves ``fed`` as it was. Local training
+    draws from generators seeded per (episode, round, client), and no round draws from torch's global generator,
+    so the copies' rounds can be played side by side."""
+    clone = copy.copy(fed)
+    for k, v in copy.deepcopy({k: v for k, v in snap.items() if k != "torch_rng"}).items():
+        setattr(clone, k, v)
+    return clone
+
+
 @AGENTS.register("lookahead")
 class LookaheadOracle(SelectionAgent):
     """Keep the best of M candidate rounds, each played ``depth`` rounds ahead on the simulator.
@@ -62,6 +76,9 @@ class LookaheadOracle(SelectionAgent):
     :param proposers: the heuristics whose picks are candidates: ``"all"`` (every registered agent that builds
         with its default parameters, this one and other privileged ones aside), or a list of names (``[]``:
         random candidates only).
+    :param batch_candidates: play the M candidate rounds side by side, their local training in one fused call
+        (:func:`~fedsel_env.vector_training.drive`, as the vector env steps its sub-envs): the same scores bit for
+        bit as one after another (``tests/test_bench.py``), faster; ``False`` plays them one after another.
     """
 
     name = "lookahead"
@@ -69,7 +86,8 @@ class LookaheadOracle(SelectionAgent):
     privileged = True
 
     def __init__(self, spec: SelectionSpec, seed: Optional[int] = None, objective: str = "rounds_to_target",
-                 candidates: int = 16, depth: int = 1, proposers: Union[str, Sequence[str]] = "all") -> None:
+                 candidates: int = 16, depth: int = 1, proposers: Union[str, Sequence[str]] = "all",
+                 batch_candidates: bool = True) -> None:
         super().__init__(spec, seed)
         if objective not in LOOKAHEAD_OBJECTIVES:
             raise ValueError(f"parameter 'objective' = {objective!r} is invalid: allowed {list(LOOKAHEAD_OBJECTIVES)}")
@@ -80,6 +98,7 @@ class LookaheadOracle(SelectionAgent):
             raise ValueError(f"parameter 'proposers' = {proposers!r} is invalid: expected 'all' or a list of "
                              f"agent names")
         self.objective, self.m, self.depth = objective, int(candidates), int(depth)
+        self.batch_candidates = bool(batch_candidates)
         self.proposer_names = self._proposer_names(spec, proposers)
         self.base_seed = 0 if seed is None else int(seed)
         self.env: Any = None
@@ -154,13 +173,18 @@ class LookaheadOracle(SelectionAgent):
 
     def score(self, fed: Any, cand: np.ndarray, now_accuracy: float, rollout_seed: int) -> float:
         """Play ``cand`` and ``depth`` − 1 random rounds after it on ``fed``; the objective's score (fed changed)."""
+        return run_inline(self.score_steps(fed, cand, now_accuracy, rollout_seed))
+
+    def score_steps(self, fed: Any, cand: np.ndarray, now_accuracy: float, rollout_seed: int):
+        """:meth:`score` as a generator of the rounds' requests (``Federation.round_steps``), so that
+        :func:`~fedsel_env.vector_training.drive` can answer every candidate's requests together."""
         seconds, report = 0.0, None
         rng = np.random.default_rng([rollout_seed, 28])
         for d in range(self.depth):
             if d > 0:
                 avail = np.flatnonzero(fed.open_round().available)
                 cand = rng.choice(avail, size=min(self.k, avail.size), replace=False) if avail.size else cand[:0]
-            report = fed.play_round(np.asarray(cand, dtype=np.int64), evaluate=(d == self.depth - 1))
+            report = yield from fed.round_steps(np.asarray(cand, dtype=np.int64), evaluate=(d == self.depth - 1))
             self.planned_rounds += 1
             seconds += float(report.round_time)
             if report.diverged:
@@ -197,9 +221,16 @@ class LookaheadOracle(SelectionAgent):
             now = float(self.env.view.accuracy)
             seed = int(np.random.SeedSequence([self.base_seed, self._t]).generate_state(1)[0])
             scores = []
-            for c in cands:
-                scores.append(self.score(fed, c, now, seed))
-                fed.restore(snap)
+            if self.batch_candidates and len(cands) > 1 and hasattr(fed, "round_steps"):
+                # every candidate on its own copy of the round state, their rounds' requests answered together
+                # (one fused local training of all candidates' clients): each one's round bit for bit as alone
+                played = drive({i: self.score_steps(_round_copy(fed, snap), c, now, seed)
+                                for i, c in enumerate(cands)})
+                scores = [played[i] for i in range(len(cands))]
+            else:
+                for c in cands:
+                    scores.append(self.score(fed, c, now, seed))
+                    fed.restore(snap)
         finally:
             fed.restore(snap)
         self._t += 1

@@ -125,6 +125,33 @@ def test_lookahead_leaves_the_env_unchanged():
     del actions
 
 
+@pytest.mark.parametrize("name,depth", [("FreeRiders", 1), ("Stragglers", 1), ("Churn", 2)])
+def test_lookahead_plays_its_candidates_side_by_side_bit_for_bit_as_one_after_another(name, depth):
+    """``batch_candidates`` (the default) plays the M candidate rounds on copies of the round state, their local
+    training fused into one call: every candidate's score is the one-after-another score bit for bit (free riders'
+    uploads, stragglers' deadline, Churn's availability and a second rollout round), and the env is left as it was."""
+    sc = scenario(name)
+    runs = {}
+    for batch in (False, True):
+        env = FedSelectEnv(config={**sc.env_config(), "max_rounds": 3})
+        obs, _ = env.reset(seed=9000)
+        oracle = agents.make("lookahead", env.selection_spec, seed=3, objective=sc.objective, candidates=6,
+                             depth=depth, batch_candidates=batch)
+        oracle.bind(env)
+        oracle.reset(obs)
+        trace, done = [], False
+        while not done:
+            cands, scores = oracle.plan(obs)
+            pick = cands[int(np.argmax(scores))]
+            obs, r, te, tr, info = env.step(oracle.to_action(pick))
+            trace.append(([c.tolist() for c in cands], scores.tobytes(), _sha(env.federation.global_params),
+                          obs["weights"].tobytes(), r, info["clock"]))
+            done = te or tr
+        runs[batch] = (trace, oracle.planned_rounds)
+    assert runs[True] == runs[False]
+    assert runs[True][1] == sum(len(step[0]) for step in runs[True][0]) * depth  # every candidate, depth rounds each
+
+
 @pytest.mark.parametrize("objective", ["rounds_to_target", "acc_worst10"])
 def test_lookahead_picks_the_best_of_its_candidates_checked_on_fresh_envs(objective):
     cfg = _tiny()
