@@ -20,7 +20,9 @@ beside the oracle round by round.
     .venv/bin/python experiments/bench_learned.py --smoke          # every part, tiny, in seconds; publishes nothing
 
 Every part resumes: training from each run's last finished generation / episode, evaluation from the episodes already
-in ``runs/bench_learned/eval/<scenario>/episodes.jsonl``. The record's summaries are recomputable from its rows
+in ``runs/bench_learned/eval/<scenario>/episodes.jsonl``. The report grows the record cell by cell: a (scenario,
+design) cell whose models are trained and played here replaces the committed one, every other committed cell is
+carried row for row (``fedsel_eval.learned.build_record``). The record's summaries are recomputable from its rows
 (``python -m fedsel_eval.recompute experiments/results/bench_learned.json``).
 """
 from __future__ import annotations
