@@ -44,8 +44,8 @@ from fedsel_eval.markdown import splice
 from fedsel_eval.learned import (CONFIRM_SETS, DESIGNS, ES_DESIGNS, LARGER_N_DESIGNS, PICK_SEEDS,
                                  SB3_DESIGNS, best_heuristic, build_record, larger_config, picks_episode, policy_text,
                                  run_folder, trained_designs, training_summary)
-from fedsel_eval.learned_tables import (confirm_table, es_weights_table, larger_table, picks_table, plot_curves,
-                                        plot_es_curves, table)
+from fedsel_eval.learned_tables import (confirm_table, es_weights_table, front_door_table, larger_table, picks_table,
+                                        plot_curves, plot_es_curves, table)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "experiments" / "results" / "bench_learned.json"
@@ -223,6 +223,7 @@ def report(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> None:
         if picks:
             splice(ROOT / "docs" / "TRAINING.md", "bench:learned_picks", picks_table(rec))
         splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned", table(rec))
+        splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_front_door", front_door_table(rec))
         splice(ROOT / "docs" / "BENCHMARK.md", "bench:learned_larger_n", larger_table(rec))
     print(table(rec) if board else "nothing complete to report yet")
     print(larger_table(rec))

@@ -90,6 +90,28 @@ def table(rec: records.Record) -> str:
                     align="llllrrrrlr").rstrip("\n")
 
 
+def front_door_table(rec: records.Record) -> str:
+    """Where each leaderboard cell's reporting rows come from: re-recorded through the front door (issue #46: the
+    cell's models trained by the trainer registry and played here; how many of its rows equal the rows it replaced),
+    or not yet (the commit of the chunk its rows were recorded in)."""
+    commit = {c["id"]: (c.get("commit") or "?")[:7] for c in rec.chunks}
+    notes = rec.notes.get("front_door", {})
+    lines = []
+    for e in rec.notes["leaderboard"]:
+        key = f"{e['scenario']}/{e['policy']}"
+        at = sorted({commit[r["chunk"]] for r in rec.rows if r.get("role") == "learned"
+                     and r["scenario"] == e["scenario"] and r["policy"] == e["policy"]})
+        if key in notes:
+            n = notes[key]
+            before = ", ".join(c[:7] for c in n["committed_rows_at"]) or "none"
+            lines.append([e["scenario"], f"`{e['policy']}`", "yes", ", ".join(at),
+                          f"{n['equal_to_committed']} of {n['rows']} (the rows of {before})"])
+        else:
+            lines.append([e["scenario"], f"`{e['policy']}`", "not yet", ", ".join(at), "–"])
+    return md_table(["scenario", "design", "re-recorded through the front door", "rows recorded at",
+                     "reporting rows equal to the rows they replaced"], lines, align="lllll").rstrip("\n")
+
+
 def larger_table(rec: records.Record) -> str:
     """The per-client designs at 2 × N: means and paired differences (from the record's summaries)."""
     lines = []
@@ -203,4 +225,5 @@ def plot_es_curves(rec: records.Record, path: Path) -> Path:
     return save_figure(fig, path)
 
 
-__all__ = ["confirm_table", "es_weights_table", "larger_table", "picks_table", "plot_curves", "plot_es_curves", "table"]
+__all__ = ["confirm_table", "es_weights_table", "front_door_table", "larger_table", "picks_table", "plot_curves",
+           "plot_es_curves", "table"]

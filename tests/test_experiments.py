@@ -360,6 +360,11 @@ def test_bench_learned_replaces_a_cell_trained_again_here_and_drops_its_old_mode
               if (e["scenario"], e["policy"]) == ("FreeRiders", "set_distill")]
     assert entry["mean"] == pytest.approx(old["mean"] + 2 / 90)
     assert not any(s["name"].startswith("FreeRiders at N = 80: set_distill") for s in rec.summaries)
+    from fedsel_eval.learned_tables import front_door_table
+
+    board = {tuple(line.split(" | ")[:2]): line for line in front_door_table(rec).splitlines()[2:]}
+    assert "| yes |" in board[("| FreeRiders", "`set_distill`")] and "89 of 90" in board[("| FreeRiders", "`set_distill`")]
+    assert "not yet" in board[("| FreeRiders", "`set_es`")]
     others = lambda rows: sorted(json.dumps({k: v for k, v in r.items() if k != "chunk"}, sort_keys=True)  # noqa: E731
                                  for r in rows if not (r.get("scenario") == "FreeRiders" and (
                                      r.get("policy") == "set_distill" or r.get("design") == "set_distill")))
