@@ -273,8 +273,7 @@ def add_family_curves(rec: records.Record, args: argparse.Namespace,
         folders = {t: f for t, f in folders.items() if trained(f)}
         if not folders and (committed or {}).get(key):
             for r in committed[key]:
-                rec.add_row(rec.chunk_of(r, "", "runs not on this machine"),
-                            **{k: v for k, v in r.items() if k not in ("_carried_from", "chunk")})
+                rec.carry(r, "", "runs not on this machine")
             summarise(kind, field, key, objective, label)
             continue
         if not folders:
@@ -319,9 +318,8 @@ def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
     if args.smoke or not RESULT[args.on].is_file():
         return out
     committed = records.load(RESULT[args.on])
-    chunks = {c["id"]: c for c in committed["chunks"]}
-    for r in committed["rows"]:
-        role, row = r.get("role"), {**r, "_carried_from": chunks[r["chunk"]]}
+    for row in records.carried_rows(committed):
+        r, role = row, row.get("role")
         if role in ("family_curve", "family_reference"):
             out["curves"].setdefault(r["family"], []).append(row)
             continue

@@ -231,7 +231,7 @@ def build_record(args: argparse.Namespace) -> records.Record:
                 if design in old["designs"].get(name, ()):  # carried: the committed record's curve rows
                     if t == args.train_seeds[0]:
                         for row in old["curves"].get((name, design), []):
-                            rec.add_row(chunk_of(row), **{k: v for k, v in row.items() if k not in ("_carried_from", "chunk")})
+                            rec.carry(row, chunk, "models not on this machine")
                     continue
                 if design in {e["design"] for e in entries if e["scenario"] == name} and finished(folder):
                     scale = per_round if sc.objective == "rounds_to_target" else 1.0  # one mode: −1 a pick
@@ -261,16 +261,15 @@ def carried_record(args: argparse.Namespace) -> Dict[str, Any]:
     out: Dict[str, Any] = {"rows": {}, "curves": {}, "cost": {}, "designs": {}, "reference": {}}
     if args.smoke or not RESULT.is_file():
         return out
-    committed = records.load(RESULT)
-    chunks = {c["id"]: c for c in committed["chunks"]}
     here = {(name, design) for design in DESIGNS for name in args.scenarios
             if any(finished(run_folder(args.out, design, name, t)) for t in args.train_seeds)}
-    for r in committed["rows"]:
+    committed = records.load(RESULT)
+    for row in records.carried_rows(committed):
+        r = row
         design = r.get("design") if r.get("role") == "curve" else r.get("policy")
         base = (design or "").removesuffix("_sampled")
         if r["scenario"] not in args.scenarios:
             continue
-        row = {**r, "_carried_from": chunks[r["chunk"]]}
         if r.get("role") in ("random", "best_heuristic"):
             out["reference"].setdefault(r["scenario"], {})[(r["policy"], r["seed"])] = row
             continue
@@ -363,12 +362,10 @@ def carried_confirm(args: argparse.Namespace) -> Dict[str, Dict[Tuple[str, int],
     and keeps what earlier sessions confirmed (nothing is carried for a smoke run)."""
     if args.smoke or not CONFIRM_RESULT.is_file():
         return {}
-    committed = records.load(CONFIRM_RESULT)
-    chunks = {c["id"]: c for c in committed["chunks"]}
     out: Dict[str, Dict[Tuple[str, int], Dict[str, Any]]] = {}
-    for r in committed["rows"]:
+    for r in records.carried_rows(records.load(CONFIRM_RESULT)):
         key = r["policy"] if r["training_seed"] is None else f"{r['policy']}_s{r['training_seed']}"
-        out.setdefault(r["scenario"], {})[(key, r["seed"])] = {**r, "_carried_from": chunks[r["chunk"]]}
+        out.setdefault(r["scenario"], {})[(key, r["seed"])] = r
     return out
 
 
