@@ -309,7 +309,8 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
     episodes, training cost, learning curve, weights, 2 × N, confirmation and picks rows, in chunks that keep the
     commits they were computed at), and its summaries are computed again from those rows. A cell played here whose
     committed rows are of other models (trained at other commits or machines) replaces them; ``notes.front_door``
-    says, per cell played here, how many of its rows equal the committed ones.
+    says, per cell played here, how many of its rows equal the committed ones (and, for a cell played again after
+    its re-record, under ``first``, how its first re-record compared with the rows it replaced).
 
     :param args: the run (``experiments/bench_learned.py``'s arguments): ``out``, ``scenarios``, ``train_seeds``,
         ``seeds``, ``smoke``, ``overrides``.
@@ -367,7 +368,11 @@ def build_record(args: Any, budgets: Mapping[str, Any], root: Path,
                             sim_time=r["sim_time"], final_accuracy=r["final_accuracy"], acc_worst10=r["acc_worst10"],
                             wall_time_s=r["wall_time_s"], config_sha=r["config_sha"])
             for design in played:
-                front_door[f"{name}/{design}"] = _replay_check(mine, rec.rows, design, provenance)
+                key, prev = f"{name}/{design}", front_door.get(f"{name}/{design}")
+                front_door[key] = _replay_check(mine, rec.rows, design, provenance)
+                if prev:  # played again after its re-record: keep how the first re-record compared
+                    front_door[key]["first"] = prev.get("first") or {
+                        k: prev[k] for k in ("played_at", "committed_rows_at", "rows", "equal_to_committed")}
         _carry_rows(rec, chunk, [r for r in mine if r.get("role") in EPISODE_ROLES], carried[name],
                     references=not played)
         w = {"scenario": name}

@@ -103,9 +103,12 @@ def front_door_table(rec: records.Record) -> str:
                      and r["scenario"] == e["scenario"] and r["policy"] == e["policy"]})
         if key in notes:
             n = notes[key]
-            before = ", ".join(c[:7] for c in n["committed_rows_at"]) or "none"
+            first = n.get("first", n)  # the comparison with the rows the first re-record replaced
+            before = ", ".join(c[:7] for c in first["committed_rows_at"]) or "none"
+            again = f"; played again: {n['equal_to_committed']} of {n['rows']} equal to the last record's" \
+                if "first" in n else ""
             lines.append([e["scenario"], f"`{e['policy']}`", "yes", ", ".join(at),
-                          f"{n['equal_to_committed']} of {n['rows']} (the rows of {before})"])
+                          f"{first['equal_to_committed']} of {first['rows']} (the rows of {before}){again}"])
         else:
             lines.append([e["scenario"], f"`{e['policy']}`", "not yet", ", ".join(at), "–"])
     return md_table(["scenario", "design", "re-recorded through the front door", "rows recorded at",

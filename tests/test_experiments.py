@@ -355,6 +355,9 @@ def test_bench_learned_replaces_a_cell_trained_again_here_and_drops_its_old_mode
     assert sorted(r["train_seconds"] for r in mine if r["role"] == "training") == [60.0, 61.0, 62.0]
     assert rec.notes["front_door"]["FreeRiders/set_distill"]["rows"] == 90
     assert rec.notes["front_door"]["FreeRiders/set_distill"]["equal_to_committed"] == 89
+    first = committed["notes"]["front_door"]["FreeRiders/set_distill"]  # the committed cell was re-recorded already
+    assert rec.notes["front_door"]["FreeRiders/set_distill"]["first"] == first.get("first", {
+        k: first[k] for k in ("played_at", "committed_rows_at", "rows", "equal_to_committed")})
     (entry,) = [e for e in rec.notes["leaderboard"] if (e["scenario"], e["policy"]) == ("FreeRiders", "set_distill")]
     (old,) = [e for e in committed["notes"]["leaderboard"]
               if (e["scenario"], e["policy"]) == ("FreeRiders", "set_distill")]
