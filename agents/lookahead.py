@@ -221,7 +221,7 @@ class LookaheadOracle(SelectionAgent):
             now = float(self.env.view.accuracy)
             seed = int(np.random.SeedSequence([self.base_seed, self._t]).generate_state(1)[0])
             scores = []
-            if self.batch_candidates and len(cands) > 1 and hasattr(fed, "round_steps"):
+            if self.batch_candidates and len(cands) > 1:
                 # every candidate on its own copy of the round state, their rounds' requests answered together
                 # (one fused local training of all candidates' clients): each one's round bit for bit as alone
                 played = drive({i: self.score_steps(_round_copy(fed, snap), c, now, seed)

@@ -318,13 +318,13 @@ def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
     if args.smoke or not RESULT[args.on].is_file():
         return out
     committed = records.load(RESULT[args.on])
-    for row in records.carried_rows(committed):
-        r, role = row, row.get("role")
+    for r in records.carried_rows(committed):
+        role = r.get("role")
         if role in ("family_curve", "family_reference"):
-            out["curves"].setdefault(r["family"], []).append(row)
+            out["curves"].setdefault(r["family"], []).append(r)
             continue
         if role in ("source_curve", "source_reference"):
-            out["curves"].setdefault(r["scenario"], []).append(row)
+            out["curves"].setdefault(r["scenario"], []).append(r)
             continue
         if role == "generalist":
             label = f"{r['policy']}_gen_s{r['training_seed']}"
@@ -335,7 +335,7 @@ def committed_rows(args: argparse.Namespace) -> Dict[str, Any]:
             label = r["policy"]
         else:
             continue
-        out["episodes"].setdefault(r["scenario"], {})[(label, r["seed"])] = row
+        out["episodes"].setdefault(r["scenario"], {})[(label, r["seed"])] = r
     for key in ("weights", "training", "source_training"):
         out[key] = committed["notes"].get(key, {})
     return out

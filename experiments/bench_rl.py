@@ -264,21 +264,20 @@ def carried_record(args: argparse.Namespace) -> Dict[str, Any]:
     here = {(name, design) for design in DESIGNS for name in args.scenarios
             if any(finished(run_folder(args.out, design, name, t)) for t in args.train_seeds)}
     committed = records.load(RESULT)
-    for row in records.carried_rows(committed):
-        r = row
+    for r in records.carried_rows(committed):
         design = r.get("design") if r.get("role") == "curve" else r.get("policy")
         base = (design or "").removesuffix("_sampled")
         if r["scenario"] not in args.scenarios:
             continue
         if r.get("role") in ("random", "best_heuristic"):
-            out["reference"].setdefault(r["scenario"], {})[(r["policy"], r["seed"])] = row
+            out["reference"].setdefault(r["scenario"], {})[(r["policy"], r["seed"])] = r
             continue
         if r.get("role") not in ("learned", "curve") or (r["scenario"], base) in here:
             continue
         if r["role"] == "curve":
-            out["curves"].setdefault((r["scenario"], design), []).append(row)
+            out["curves"].setdefault((r["scenario"], design), []).append(r)
         else:
-            out["rows"].setdefault(r["scenario"], {})[(f"{design}_s{r['training_seed']}", r["seed"])] = row
+            out["rows"].setdefault(r["scenario"], {})[(f"{design}_s{r['training_seed']}", r["seed"])] = r
             out["designs"].setdefault(r["scenario"], set()).add(design)
     for e in committed["notes"].get("leaderboard", []):
         out["cost"][(e["scenario"], e["design"])] = {"train_rounds": e.get("train_rounds", []),

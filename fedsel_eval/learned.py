@@ -174,10 +174,12 @@ def _carry_rows(rec: records.Record, chunk: str, rows: Sequence[Mapping[str, Any
             rec.carry(r, chunk, "its models were not played on this machine")
 
 
-def add_picks(rec: records.Record, args: Any, chunk: str, old: Mapping[str, Sequence[Mapping[str, Any]]] = {},
-              carried: Mapping[str, Sequence[str]] = {}) -> None:
+def add_picks(rec: records.Record, args: Any, chunk: str,
+              old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+              carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
     """Rows and summaries of ``part_picks`` (each scenario and design whose episodes are all there; the committed
     ``old`` rows of a design whose leaderboard cell is ``carried``)."""
+    old, carried = old or {}, carried or {}
     for name in args.scenarios:
         mine = [r for r in old.get(name, ()) if r.get("role") in ("picks", "picks_token")]
         for design in ES_DESIGNS:
@@ -211,14 +213,15 @@ def add_picks(rec: records.Record, args: Any, chunk: str, old: Mapping[str, Sequ
                               "value", where={**w, "role": "picks_token", "param": feat})
 
 
-def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, role: str, path: Path,
-                       seeds: Sequence[int], candidates: Sequence[str], old: Mapping[str, Sequence[Mapping[str, Any]]],
-                       carried: Mapping[str, Sequence[str]], **fields: Any) -> List[str]:
+def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, best: str, role: str, path: Path,
+                       seeds: Sequence[int], candidates: Sequence[str],
+                       old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]],
+                       carried: Optional[Mapping[str, Sequence[str]]], **fields: Any) -> List[str]:
     """The rows of one of the parts played beside the leaderboard (``larger_n``, ``confirm``, ``fresh``) on ``name``:
-    random's, the best heuristic's and every design's of ``candidates`` whose episodes are all in ``path``, and the
-    committed ``old`` rows of a design whose leaderboard cell is ``carried`` (never those of a model trained again
-    here: they are another model's). Returns the designs reported, in ``candidates``' order."""
-    best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
+    random's, the best heuristic's (``best``) and every design's of ``candidates`` whose episodes are all in ``path``,
+    and the committed ``old`` rows of a design whose leaderboard cell is ``carried`` (never those of a model trained
+    again here: they are another model's). Returns the designs reported, in ``candidates``' order."""
+    old, carried = old or {}, carried or {}
     rows = {(r["policy"], r["seed"]): r for r in map(json.loads, path.read_text().splitlines())} \
         if path.is_file() else {}
     refs_here = all((p, s) in rows for p in ("random", best) for s in seeds)
@@ -243,14 +246,16 @@ def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, ro
 
 
 def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm",
-                old: Mapping[str, Sequence[Mapping[str, Any]]] = {}, carried: Mapping[str, Sequence[str]] = {}) -> None:
+                old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+                carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
     """Rows and paired differences of ``part_confirm``'s episodes for ``role`` (scenarios where all of them are
     there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     seeds, label, candidates = CONFIRM_SETS[role]
+    ref = reference_rows()
     for name in args.scenarios:
-        best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
-        designs = _add_side_episodes(rec, args, chunk, name, role, args.out / role / name / "episodes.jsonl", seeds,
-                                     candidates, old, carried)
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
+        designs = _add_side_episodes(rec, args, chunk, name, best, role, args.out / role / name / "episodes.jsonl",
+                                     seeds, candidates, old, carried)
         if not designs:
             continue
         w = {"scenario": name, "role": role}
@@ -263,15 +268,18 @@ def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm
                           where={**w, "policy": p})
 
 
-def add_larger_n(rec: records.Record, args: Any, chunk: str, old: Mapping[str, Sequence[Mapping[str, Any]]] = {},
-                 carried: Mapping[str, Sequence[str]] = {}) -> None:
+def add_larger_n(rec: records.Record, args: Any, chunk: str,
+                 old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
+                 carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
     """Rows and paired differences of ``part_larger_n``'s episodes (each scenario and design whose episodes are all
     there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
+    ref = reference_rows()
     for name in args.scenarios:
-        best = best_heuristic(name, reference_rows()) if not args.smoke else "pow_d"
+        best = best_heuristic(name, ref) if not args.smoke else "pow_d"
         n = larger_config(name)["num_clients"]
-        designs = _add_side_episodes(rec, args, chunk, name, "larger_n", args.out / "eval_2n" / name / "episodes.jsonl",
-                                     args.seeds, LARGER_N_DESIGNS, old, carried, num_clients=n)
+        designs = _add_side_episodes(rec, args, chunk, name, best, "larger_n",
+                                     args.out / "eval_2n" / name / "episodes.jsonl", args.seeds, LARGER_N_DESIGNS, old,
+                                     carried, num_clients=n)
         if not designs:
             continue
         w = {"scenario": name, "role": "larger_n"}
