@@ -174,9 +174,8 @@ def _carry_rows(rec: records.Record, chunk: str, rows: Sequence[Mapping[str, Any
             rec.carry(r, chunk, "its models were not played on this machine")
 
 
-def add_picks(rec: records.Record, args: Any, chunk: str,
-              old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
-              carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
+def add_picks(rec: records.Record, args: Any, chunk: str, old: Optional[Mapping] = None,
+              carried: Optional[Mapping] = None) -> None:
     """Rows and summaries of ``part_picks`` (each scenario and design whose episodes are all there; the committed
     ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     old, carried = old or {}, carried or {}
@@ -214,9 +213,8 @@ def add_picks(rec: records.Record, args: Any, chunk: str,
 
 
 def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, best: str, role: str, path: Path,
-                       seeds: Sequence[int], candidates: Sequence[str],
-                       old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]],
-                       carried: Optional[Mapping[str, Sequence[str]]], **fields: Any) -> List[str]:
+                       seeds: Sequence[int], candidates: Sequence[str], old: Optional[Mapping],
+                       carried: Optional[Mapping], **fields: Any) -> List[str]:
     """The rows of one of the parts played beside the leaderboard (``larger_n``, ``confirm``, ``fresh``) on ``name``:
     random's, the best heuristic's (``best``) and every design's of ``candidates`` whose episodes are all in ``path``,
     and the committed ``old`` rows of a design whose leaderboard cell is ``carried`` (never those of a model trained
@@ -245,9 +243,8 @@ def _add_side_episodes(rec: records.Record, args: Any, chunk: str, name: str, be
     return [d for d in candidates if d in here or d in kept]
 
 
-def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm",
-                old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
-                carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
+def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm", old: Optional[Mapping] = None,
+                carried: Optional[Mapping] = None) -> None:
     """Rows and paired differences of ``part_confirm``'s episodes for ``role`` (scenarios where all of them are
     there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     seeds, label, candidates = CONFIRM_SETS[role]
@@ -268,9 +265,8 @@ def add_confirm(rec: records.Record, args: Any, chunk: str, role: str = "confirm
                           where={**w, "policy": p})
 
 
-def add_larger_n(rec: records.Record, args: Any, chunk: str,
-                 old: Optional[Mapping[str, Sequence[Mapping[str, Any]]]] = None,
-                 carried: Optional[Mapping[str, Sequence[str]]] = None) -> None:
+def add_larger_n(rec: records.Record, args: Any, chunk: str, old: Optional[Mapping] = None,
+                 carried: Optional[Mapping] = None) -> None:
     """Rows and paired differences of ``part_larger_n``'s episodes (each scenario and design whose episodes are all
     there; the committed ``old`` rows of a design whose leaderboard cell is ``carried``)."""
     ref = reference_rows()
