@@ -80,24 +80,39 @@ def main(argv: Optional[Sequence[str]] = None) -> Path:
     """Train as ``argv`` says; return the run folder."""
     args = parse_args(argv)
     setup = prepare(args)  # ValueError on any bad argument, before any env or process is started
-    setup["mapper"] = ray_mapper(args, setup)
+    setup["mapper"] = design_mapper(args, setup)
     with lock_run_folder(setup["run_dir"], "train_agent.py"):  # one writer per run folder: a second is refused
         note_machine(setup["run_dir"])  # machines.jsonl: this call's commit, CPU and library versions
         return train_design(setup) if "trainer" in setup else learn(setup)
 
 
-def ray_mapper(args: Args, setup: Dict[str, Any]) -> Any:
-    """``--ray [ADDRESS]`` (issue #46): a :class:`~agents.training.ray_map.RayMapper` that plays each set_es /
-    set_es_q generation's episodes as Ray tasks (None without ``--ray``). :raises ValueError: for an SB3
-    algorithm (one process), a bad address or Ray not installed — before anything is written."""
-    if args.ray is None:
-        return None
+def design_mapper(args: Args, setup: Dict[str, Any]) -> Any:
+    """Who plays each set_es / set_es_q generation's episodes: ``--ray [ADDRESS]`` (issue #46) a
+    :class:`~agents.training.ray_map.RayMapper` (Ray tasks); ``--n-envs E`` a
+    :class:`~agents.training.set_es.VectorMapper` of E episodes at once (E = 1: one after another); neither: None,
+    the trainer's default (16 at once). The results are the same bit for bit whichever plays them.
+    :raises ValueError: for ``--ray`` with an SB3 algorithm, either with a design trained in one process
+        (``set_distill``), both together, a bad address or Ray not installed — before anything is written."""
     if "trainer" not in setup:
-        raise ValueError(f"--ray: {args.algo} is a Stable-Baselines3 algorithm, trained in one process; --ray plays "
-                         f"the generations of set_es / set_es_q: drop --ray")
-    from agents.training.ray_map import RayMapper
+        if args.ray is not None:
+            raise ValueError(f"--ray: {args.algo} is a Stable-Baselines3 algorithm, trained in one process; --ray "
+                             f"plays the generations of set_es / set_es_q: drop --ray")
+        return None  # --n-envs is the SB3 algorithm's own setting
+    if not setup["trainer"].mapped and (args.ray is not None or args.n_envs is not None):
+        raise ValueError(f"{args.algo} trains in one process (each episode learns from the ones before): drop "
+                         f"{'--ray' if args.ray is not None else '--n-envs'}")
+    if args.ray is not None:
+        if args.n_envs is not None:
+            raise ValueError(f"--ray and --n-envs {args.n_envs} exclude each other: with --ray every episode of a "
+                             f"generation is a Ray task; drop one")
+        from agents.training.ray_map import RayMapper
 
-    return RayMapper(args.ray)
+        return RayMapper(args.ray)
+    if args.n_envs is None:
+        return None
+    from agents.training.set_es import SerialMapper, VectorMapper
+
+    return SerialMapper() if args.n_envs == 1 else VectorMapper(args.n_envs)
 
 
 def train_design(setup: Dict[str, Any]) -> Path:
@@ -108,7 +123,7 @@ def train_design(setup: Dict[str, Any]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     if not args.resume:
         save_settings(run_dir, args, setup["env_config"], hp)
-    mapper = setup.get("mapper")  # None: the episodes of a set_es generation played in this process
+    mapper = setup.get("mapper")  # None: the trainer plays a set_es generation in this process, 16 episodes at once
     try:
         summary = setup["trainer"].train(args.env, args.seed, run_dir, hp, resume=args.resume,
                                          progress=args.progress_bar, mapper=mapper,

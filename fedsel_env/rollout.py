@@ -9,6 +9,11 @@ of work) delegates to it, so a record is the same whoever plays it.
   §5's metrics, the per-round curves and the per-client arrays. A policy with ``bind(env)`` (``pow_d``,
   ``set_es_q``: agents that ask clients their loss before selecting) is bound to the env first.
 - :func:`episode_steps` — the same loop as a generator (the vector env's executor drives it).
+- :func:`play_vector` — many episodes (:class:`EpisodeJob`) E at a time in the sub-envs of one
+  :class:`~fedsel_env.vector.FedSelectVectorEnv`, each a sub-env's :func:`episode_steps` (so its record is
+  :func:`run_episode`'s: a sub-env's trajectory is the single env's bit for bit, ``tests/test_vector_env.py``):
+  ``evaluate.py --n-envs`` (``fedsel_eval.vector_episodes``) and ``set_es``'s generations
+  (``agents/training/set_es.py``'s ``VectorMapper``).
 - :func:`scenario_objectives` — a scenario's objective on each seed's episode (a missed Ω counts as the cap,
   ``fedsel_env.bench.episode_objective``) and the env rounds they took.
 - :func:`env_for` — one env per config kept in this process (building the data takes a while; ``reset(seed)``
@@ -22,7 +27,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -131,10 +138,73 @@ def scenario_objectives(env: Any, sc: Any, make_policy: Callable[[Any], Any],
     return values, rounds
 
 
+@dataclass
+class EpisodeJob:
+    """One episode to play: its ``seed``, how to build its policy from the episode's selection spec, and a
+    ``tag`` the caller gets back with the record."""
+
+    seed: int
+    make_policy: Callable[[Any], Any]
+    tag: Any = None
+
+
+def play_vector(env_config: Optional[Mapping[str, Any]], jobs: Sequence[EpisodeJob], n_envs: int,
+                deadline: float = math.inf, venv: Any = None) -> Iterator[Tuple[Any, Dict]]:
+    """Play ``jobs`` in up to ``n_envs`` sub-envs of one vector env of ``env_config`` (or of ``venv``, a
+    :class:`~fedsel_env.vector.FedSelectVectorEnv` the caller keeps and closes; ``env_config`` is then unused);
+    yields ``(job.tag, record)`` as each episode ends (records as :func:`run_episode`'s). Every slot resets with its
+    episode's seed, the sub-envs' rounds are stepped together (one fused local training for all of them), and when
+    a slot's episode ends the next pending one starts there. No episode starts at or after ``deadline``
+    (``time.time()``); those started are played to their end. Closing the generator stops the episodes still
+    running (their records are not yielded; a kept ``venv``'s slots are reset by the next call)."""
+    if not jobs:
+        return
+    own = venv is None
+    if own:
+        from .vector import FedSelectVectorEnv
+
+        venv = FedSelectVectorEnv(min(n_envs, len(jobs)), config=dict(env_config or {}), autoreset_mode="disabled")
+    pending = deque(jobs)
+    running: Dict[int, Tuple[EpisodeJob, Any]] = {}
+    actions: Dict[int, Any] = {}
+    try:
+        free = list(range(min(venv.num_envs, n_envs)))
+        while pending or running:
+            starting = {}
+            if time.time() >= deadline:
+                pending.clear()
+            while free and pending:
+                starting[free.pop(0)] = pending.popleft()
+            if starting:  # their resets (profiling rounds) together
+                start = time.perf_counter()
+                for i, (obs, info) in venv.reset_some({i: j.seed for i, j in starting.items()}).items():
+                    steps = episode_steps(venv.envs[i], None, obs, info, make_policy=starting[i].make_policy,
+                                          start=start)
+                    running[i] = (starting[i], steps)
+                    actions[i] = next(steps)  # an episode has at least one step
+            if not running:
+                break
+            results = venv.step_some(actions)
+            actions = {}
+            for i in sorted(results):
+                job, steps = running[i]
+                try:
+                    actions[i] = steps.send(results[i])
+                except StopIteration as done:
+                    del running[i]
+                    free.append(i)
+                    yield job.tag, done.value
+            free.sort()
+    finally:
+        if own:
+            venv.close()
+
+
 _ENVS: Dict[str, Any] = {}
 
 
-def _config_key(config: Mapping[str, Any]) -> str:
+def config_key(config: Mapping[str, Any]) -> str:
+    """``config`` as one string (sorted keys, arrays as lists): equal for configs that build the same env."""
     return json.dumps(config, sort_keys=True, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
 
 
@@ -142,7 +212,7 @@ def env_for(config: Mapping[str, Any]) -> Any:
     """This process's env of ``config`` (built once; a new config replaces the one kept before)."""
     from .env import FedSelectEnv
 
-    key = _config_key(config)
+    key = config_key(config)
     if key not in _ENVS:
         close_envs()
         _ENVS[key] = FedSelectEnv(config=json.loads(key))
@@ -152,7 +222,7 @@ def env_for(config: Mapping[str, Any]) -> Any:
 def keep_env(config: Mapping[str, Any], env: Any) -> None:
     """Keep ``env``, built for ``config``, as this process's env of that config (a caller that built it already)."""
     _ENVS.clear()
-    _ENVS[_config_key(config)] = env
+    _ENVS[config_key(config)] = env
 
 
 def forget_env(env: Any) -> None:
@@ -168,4 +238,5 @@ def close_envs() -> None:
     _ENVS.clear()
 
 
-__all__ = ["close_envs", "env_for", "episode_steps", "forget_env", "keep_env", "run_episode", "scenario_objectives"]
+__all__ = ["EpisodeJob", "close_envs", "config_key", "env_for", "episode_steps", "forget_env", "keep_env", "play_vector", "run_episode",
+           "scenario_objectives"]

@@ -1,6 +1,6 @@
 """Episodes played several at once through the vector env (issue #27): ``evaluate.py --n-envs E``.
 
-:func:`play` runs episodes — each a seed and a way to build its policy — in the E sub-envs of one
+:func:`play` (:func:`fedsel_env.rollout.play_vector`) runs episodes — each a seed and a way to build its policy — in the E sub-envs of one
 :class:`~fedsel_env.vector.FedSelectVectorEnv`: every slot resets with its episode's seed, the sub-envs'
 rounds are stepped together (one fused local training for all of them), and when a slot's episode ends
 the next pending episode starts there (the slot idles when none is left). Each episode is
@@ -16,25 +16,14 @@ suite (``fedsel_eval/bench.py``) calls :func:`play` directly.
 from __future__ import annotations
 
 import math
-import time
-from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from .episodes import episode_steps, task_policy, task_record
+from fedsel_env.rollout import EpisodeJob, play_vector
+
+from .episodes import task_policy, task_record
 
 if TYPE_CHECKING:
     from .plan import EpisodeTask, EvalPlan
-
-
-@dataclass
-class EpisodeJob:
-    """One episode to play: its ``seed``, how to build its policy from the episode's selection spec, and a
-    ``tag`` the caller gets back with the record."""
-
-    seed: int
-    make_policy: Callable[[Any], Any]
-    tag: Any = None
 
 
 def check_n_envs(n_envs: Any, workers: int = 1, ray: Optional[str] = None) -> None:
@@ -49,48 +38,11 @@ def check_n_envs(n_envs: Any, workers: int = 1, ray: Optional[str] = None) -> No
 def play(env_config: Mapping[str, Any], jobs: Sequence[EpisodeJob], n_envs: int,
          deadline: float = math.inf) -> Iterator[Tuple[Any, Dict]]:
     """Play ``jobs`` in up to ``n_envs`` sub-envs of one vector env of ``env_config``; yields
-    ``(job.tag, record)`` as each episode ends (records as :func:`~fedsel_eval.episodes.run_episode`'s).
-    No episode starts at or after ``deadline`` (``time.time()``); those started are played to their end.
-    Closing the generator stops the episodes still running (their records are not yielded)."""
-    from fedsel_env.vector import FedSelectVectorEnv
-
+    ``(job.tag, record)`` as each episode ends (records as :func:`~fedsel_eval.episodes.run_episode`'s):
+    :func:`fedsel_env.rollout.play_vector` (the loop lives below the agents layer, where the ES trainer plays its
+    generations with it), ``n_envs`` checked first."""
     check_n_envs(n_envs)
-    if not jobs:
-        return
-    venv = FedSelectVectorEnv(min(n_envs, len(jobs)), config=dict(env_config), autoreset_mode="disabled")
-    pending = deque(jobs)
-    running: Dict[int, Tuple[EpisodeJob, Any]] = {}
-    actions: Dict[int, Any] = {}
-    try:
-        free = list(range(venv.num_envs))
-        while pending or running:
-            starting = {}
-            if time.time() >= deadline:
-                pending.clear()
-            while free and pending:
-                starting[free.pop(0)] = pending.popleft()
-            if starting:  # their resets (profiling rounds) together
-                start = time.perf_counter()
-                for i, (obs, info) in venv.reset_some({i: j.seed for i, j in starting.items()}).items():
-                    steps = episode_steps(venv.envs[i], None, obs, info, make_policy=starting[i].make_policy,
-                                          start=start)
-                    running[i] = (starting[i], steps)
-                    actions[i] = next(steps)  # an episode has at least one step
-            if not running:
-                break
-            results = venv.step_some(actions)
-            actions = {}
-            for i in sorted(results):
-                job, steps = running[i]
-                try:
-                    actions[i] = steps.send(results[i])
-                except StopIteration as done:
-                    del running[i]
-                    free.append(i)
-                    yield job.tag, done.value
-            free.sort()
-    finally:
-        venv.close()
+    yield from play_vector(env_config, jobs, n_envs, deadline)
 
 
 def vector_records(plan: EvalPlan, todo: Sequence[EpisodeTask], torch_threads: int,

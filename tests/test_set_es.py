@@ -8,7 +8,7 @@ import pytest
 
 import agents
 from agents.set_es import SetESAgent, param_names, standardise, token_names
-from agents.training.set_es import (ESConfig, ESEpisode, SerialMapper, check_training_seeds, make_search, play_episode,
+from agents.training.set_es import (ESConfig, ESEpisode, SerialMapper, VectorMapper, check_training_seeds, make_search, play_episode,
                                     rank_fitness, train)
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
@@ -211,6 +211,29 @@ def test_a_generation_is_a_list_of_picklable_episodes_and_any_mapper_gives_the_s
     assert len(mapper.tasks) == 2 * 3 * 2 + len(cfg.eval_seeds)        # the curve at the end, on the tuning seeds
     t = mapper.tasks[0]
     assert play_episode(t) == play_episode(ESEpisode(**{**t.__dict__}))   # a task's result is its own seed's
+
+
+@pytest.mark.parametrize("scenario,queries", [("Churn", 0), ("Churn", 10), ("FreeRiders", 0)])
+def test_the_default_vector_mapper_gives_the_serial_mappers_run_bit_for_bit(tmp_path, scenario, queries):
+    """The default mapper plays a generation's episodes side by side in one vector env (issue #43); the progress log
+    (every candidate, fitness, objective and env round) and the policy are the one-after-another run's bit for bit,
+    with set_es_q's loss queries too; a vector env of fewer slots than a generation's episodes refills them."""
+    cfg = _tiny(scenario=scenario, generations=2, queries=queries, env_overrides={"max_rounds": 4})
+    mapper = VectorMapper(4)
+    train(cfg, tmp_path / "serial", log=lambda _l: None, mapper=SerialMapper())
+    train(cfg, tmp_path / "vector", log=lambda _l: None, mapper=mapper)
+    train(cfg, tmp_path / "default", log=lambda _l: None)
+    strip = lambda p: [{k: v for k, v in json.loads(x).items() if k != "wall_s"}  # noqa: E731
+                       for x in (p / "progress.jsonl").read_text().splitlines()]
+    assert strip(tmp_path / "serial") == strip(tmp_path / "vector") == strip(tmp_path / "default")
+    for f in ("set_es.json", "config.json"):
+        assert (tmp_path / "serial" / f).read_bytes() == (tmp_path / "vector" / f).read_bytes()
+    assert mapper._venv is not None and mapper._venv[1].num_envs == 4   # kept between generations, closed by its owner
+    mapper.close()
+    assert mapper._venv is None
+    assert mapper.map(len, ["ab", "c"]) == [2, 1]                        # any other function: one after another
+    with pytest.raises(ValueError, match="n_envs = 0 is invalid"):
+        VectorMapper(0)
 
 
 def test_a_log_that_does_not_replay_is_refused(tmp_path):

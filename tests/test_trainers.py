@@ -85,7 +85,33 @@ def test_unknown_trainers_and_typos_are_refused_naming_what_exists(tmp_path):
         train_agent.main(["--algo", "set_es", "--env", "Churn", "--hyperparams", "sigma0=-1", "--runs-dir", str(tmp_path)])
     with pytest.raises(ValueError, match="unknown scenario|unknown bench scenario"):
         train_agent.main(["--algo", "set_distill", "--env", "Nowhere", "--runs-dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="--ray and --n-envs 4 exclude each other"):
+        train_agent.main(["--algo", "set_es", "--env", "Churn", "--ray", "--n-envs", "4", "--runs-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())                      # nothing written before the settings are checked
+
+
+def test_n_envs_picks_who_plays_a_set_es_generation_and_not_what_it_gives(tmp_path):
+    """``--n-envs E``: the generation's episodes E at a time through one vector env (1: one after another; the
+    default 16); the progress log and the policy are the same bit for bit (issue #43)."""
+    from agents.training.set_es import SerialMapper, VectorMapper
+
+    runs = {}
+    for n in ("1", "3", None):
+        runs[n] = train_agent.main(["--algo", "set_es", "--env", "Churn", "--hyperparams", "generations=2", *ES_TINY[1:],
+                                    *(["--n-envs", n] if n else []), "--runs-dir", str(tmp_path), "--name", f"n{n}",
+                                    *QUIET])
+    assert _progress(runs["1"]) == _progress(runs["3"]) == _progress(runs[None])
+    assert (runs["1"] / "set_es.json").read_bytes() == (runs["3"] / "set_es.json").read_bytes()
+    args = train_agent.parse_args(["--algo", "set_es", "--env", "Churn", "--n-envs", "5"])
+    mapper = train_agent.design_mapper(args, train_agent.prepare(args))
+    assert isinstance(mapper, VectorMapper) and mapper.n_envs == 5
+    args = train_agent.parse_args(["--algo", "set_es", "--env", "Churn", "--n-envs", "1"])
+    assert isinstance(train_agent.design_mapper(args, train_agent.prepare(args)), SerialMapper)
+    for flag in (["--n-envs", "2"], ["--ray"]):
+        with pytest.raises(ValueError, match=f"set_distill trains in one process.*drop {flag[0]}"):
+            train_agent.main(["--algo", "set_distill", "--env", "Churn", *flag, "--runs-dir", str(tmp_path / "d"),
+                              *QUIET])
+    assert not (tmp_path / "d").exists()                     # refused before anything is written
 
 
 def test_set_es_trains_through_train_agent_and_deploys_from_its_run_folder(tmp_path):

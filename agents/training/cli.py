@@ -35,7 +35,8 @@ class Args:
         "help": "hyper-parameter YAML (default configs/<algo>.yml)"})
     n_timesteps: Optional[int] = field(default=None, metadata={"aliases": ["-n"],
         "help": "training steps (rounds); default from the config"})
-    n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs; default from the config or 1"})
+    n_envs: Optional[int] = field(default=None, metadata={"help": "parallel envs; default from the config or 1 (set_es / set_es_q: the episodes of a generation played "
+        "at once through one vector env, default 16, the same results)"})
     vec_env: str = field(default="batched", metadata={
         "help": "how the --n-envs envs run: batched (one FedSelectVectorEnv in this process, every sub-env's local "
                 "training in one call; not for action_mode subset, which runs sync), sync (SB3's DummyVecEnv, one "

@@ -216,15 +216,79 @@ def play_episode(task: ESEpisode) -> Tuple[float, int]:
 
 
 class SerialMapper:
-    """The default :data:`Mapper`: the tasks one after another in this process, in order (one env per config,
+    """A :data:`Mapper` that plays the tasks one after another in this process, in order (one env per config,
     kept by ``fedsel_env.rollout.env_for``)."""
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
         return [fn(item) for item in items]
 
 
+class VectorMapper:
+    """The default :data:`Mapper` (issue #43): a generation's episodes ``n_envs`` at a time in the sub-envs of one
+    :class:`~fedsel_env.vector.FedSelectVectorEnv` (``fedsel_env.rollout.play_vector``: every sub-env's local training
+    in one fused call), kept between generations. Each episode is still its own seed's, so the results are
+    :class:`SerialMapper`'s bit for bit (a sub-env's trajectory is the single env's; ``tests/test_set_es.py``); only
+    the time differs. Episodes whose config no other episode of the call shares (a scenario family's draws) and any
+    ``fn`` other than :func:`play_episode` are played one after another, as :class:`SerialMapper` plays them.
+
+    :param n_envs: the episodes played at once (1: one after another).
+    """
+
+    def __init__(self, n_envs: int = 16) -> None:
+        if isinstance(n_envs, bool) or not isinstance(n_envs, int) or n_envs < 1:
+            raise ValueError(f"n_envs = {n_envs!r} is invalid: expected an integer >= 1 (the episodes of a set_es "
+                             f"generation played at once)")
+        self.n_envs = n_envs
+        self._venv: Optional[Tuple[str, Any]] = None
+
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> List[Any]:
+        from fedsel_env.rollout import config_key
+
+        groups: Dict[str, List[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(config_key(item.env_config) if fn is play_episode else "", []).append(i)
+        out: List[Any] = [None] * len(items)
+        for key, idx in groups.items():
+            if fn is not play_episode or len(idx) == 1 or self.n_envs == 1:
+                for i in idx:
+                    out[i] = fn(items[i])
+                continue
+            for i, value in self._play(key, [items[i] for i in idx], idx):
+                out[i] = value
+        return out
+
+    def _play(self, key: str, tasks: Sequence[ESEpisode], tags: Sequence[int]) -> Iterator[Tuple[int, Tuple[float, int]]]:
+        from types import SimpleNamespace
+
+        from agents.set_es import SetESAgent
+        from fedsel_env.bench import episode_objective
+        from fedsel_env.rollout import EpisodeJob, play_vector
+        from fedsel_env.vector import FedSelectVectorEnv
+
+        size = min(self.n_envs, len(tasks))
+        if self._venv is None or self._venv[0] != key or self._venv[1].num_envs < size:
+            self.close()
+            self._venv = (key, FedSelectVectorEnv(size, config=dict(tasks[0].env_config), autoreset_mode="disabled"))
+
+        def agent(task: ESEpisode) -> Callable[[Any], Any]:
+            theta = np.asarray(task.theta, dtype=np.float64)
+            return lambda spec: SetESAgent(spec, model=theta, queries=task.queries)
+
+        jobs = [EpisodeJob(t.seed, agent(t), (tag, t.objective)) for t, tag in zip(tasks, tags)]
+        for (tag, objective), rec in play_vector(None, jobs, self.n_envs, venv=self._venv[1]):
+            yield tag, (float(episode_objective(SimpleNamespace(objective=objective), rec)[0]),
+                        int(rec["metrics"]["rounds"]))
+
+    def close(self) -> None:
+        """Close the vector env kept between calls (the next call builds one again)."""
+        if self._venv is not None:
+            self._venv[1].close()
+            self._venv = None
+
+
 #: ``mapper.map(fn, items) -> [fn(item) for item in items]``, in order: how a generation's P × E episodes (and the
-#: learning curve's) are played. :class:`SerialMapper` in this process; ``agents/training/ray_map.py`` as Ray tasks
+#: learning curve's) are played. :class:`VectorMapper` (the default) or :class:`SerialMapper` in this process;
+#: ``agents/training/ray_map.py`` as Ray tasks
 #: (``train_agent.py --ray``). ``fn`` is :func:`play_episode`, a module-level function of one :class:`ESEpisode`.
 Mapper = Any
 
@@ -236,8 +300,8 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
 
     :param deadline: ``time.time()`` after which no new generation starts (the run resumes from there later).
     :param stop_after: play at most this many generations in this call.
-    :param mapper: plays each generation's episodes (:data:`Mapper`; default :class:`SerialMapper`). The results
-        are the same whichever plays them: each episode's randomness comes from its own seed.
+    :param mapper: plays each generation's episodes (:data:`Mapper`; default :class:`VectorMapper`, 16 at once).
+        The results are the same whichever plays them: each episode's randomness comes from its own seed.
     :param on_generation: called with each generation's ``progress.jsonl`` row once it is written (a progress bar,
         TensorBoard scalars).
     :raises ValueError: when ``folder`` holds a run of another config, or its log does not replay.
@@ -263,9 +327,10 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
         env.close()
         raise
     names = param_names(env.selection_spec, cfg.queries)
-    if mapper is None:  # this process plays the episodes on the env just built
+    own_mapper = mapper is None
+    if own_mapper:  # this process plays the episodes: E at a time (one at a time on the env just built, kept)
         keep_env(env_config, env)
-        mapper = SerialMapper()
+        mapper = VectorMapper()
 
     def play(theta: np.ndarray, seeds: Sequence[int]) -> List[ESEpisode]:
         return [ESEpisode(cfg.episode_env_config(int(s)), sc.objective, tuple(float(v) for v in theta), cfg.queries,
@@ -327,8 +392,10 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
             + (f", eval {row['eval_mean']:.4g}" if "eval_mean" in row else "") + f", {row['wall_s']:.1f} s")
         if on_generation is not None:
             on_generation(row)
-    forget_env(env)  # kept for the serial mapper above: dropped from the cache, closed here
+    forget_env(env)  # kept for the episodes played one at a time: dropped from the cache, closed here
     env.close()
+    if own_mapper:
+        mapper.close()
     rows = [json.loads(x) for x in progress_path.read_text().splitlines()] if progress_path.is_file() else []
     summary = {"scenario": sc.name, "seed": cfg.seed, "generations_done": len(rows),
                "complete": len(rows) >= cfg.generations, "train_seconds": round(sum(r["wall_s"] for r in rows), 2),
@@ -339,4 +406,5 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
     return summary
 
 
-__all__ = ["ESConfig", "ESEpisode", "ES_SEED_BASE", "Mapper", "SerialMapper", "play_episode", "check_training_seeds", "make_search", "rank_fitness", "train"]
+__all__ = ["ESConfig", "ESEpisode", "ES_SEED_BASE", "Mapper", "SerialMapper", "VectorMapper", "play_episode",
+           "check_training_seeds", "make_search", "rank_fitness", "train"]

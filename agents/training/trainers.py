@@ -56,6 +56,8 @@ class Trainer:
     :param check: ``(scenario_or_env, seed, hyperparams)``, raising ``ValueError`` before anything is built.
     :param sb3: a Stable-Baselines3 algorithm (its settings read by ``agents.training.hyperparams``).
     :param about: one line for ``--help`` and error messages.
+    :param mapped: its episodes are independent tasks a ``mapper`` plays (``train_agent.py --ray`` / ``--n-envs``);
+        without it a mapper is refused before anything is written.
     """
 
     name: str
@@ -64,6 +66,7 @@ class Trainer:
     check: Optional[Callable[[str, int, Mapping[str, Any]], Any]] = None
     sb3: bool = False
     about: str = ""
+    mapped: bool = False
 
 
 #: the design trainers by name (the SB3 algorithms come from ``agents.deploy.ALGORITHMS``: :func:`trainer`)
@@ -327,7 +330,7 @@ def _train_distill(design: str) -> TrainFn:
 
         if mapper is not None:
             raise ValueError(f"{design} trains in one process (each DAgger episode learns from the ones before): "
-                             f"no mapper / --ray for it")
+                             f"no mapper, --ray nor --n-envs for it")
         cfg = distill_config(design, scenario_or_env, seed, hyperparams)
         folder = Path(folder)
         _refuse_a_started_run(folder, resume)
@@ -392,7 +395,8 @@ def train_sb3(scenario_or_env: str, seed: int, folder: Path, hyperparams: Mappin
 for _name, _about in (("set_es", "CMA-ES over a linear set value on the scenario's objective"),
                       ("set_es_q", "set_es asking d = 2K clients their current loss each round")):
     register_trainer(Trainer(_name, _train_es(_name), fields=tuple(_es_fields()),
-                             check=lambda env, seed, hp, _n=_name: es_config(_n, env, seed, hp), about=_about))
+                             check=lambda env, seed, hp, _n=_name: es_config(_n, env, seed, hp), about=_about,
+                             mapped=True))
 for _name, _about in (("set_distill", "DAgger from the lookahead oracle, a set-level value"),
                       ("set_distill_cover", "set_distill with kcenter_cover's state in the token")):
     register_trainer(Trainer(_name, _train_distill(_name), fields=tuple(_distill_fields()),
