@@ -5,9 +5,10 @@
     python bench/es_generation.py --profile 20             # where a set_es_q episode's time goes (cProfile)
 
 A generation plays P candidate weight vectors (random here, seeded) on E fresh federations each. It is timed
-played one episode after another on one ``FedSelectEnv`` (what ``agents/training/set_es.py`` does) and through
-``fedsel_eval.vector_episodes.play`` with each ``--n-envs`` (the same episodes, local training fused across the
-sub-envs); it prints the seconds and whether the two gave the same objectives. ``--profile N`` instead runs N
+as the trainer plays it (``agents/training/set_es.py``'s tasks, federation by federation): by its ``SerialMapper``,
+one episode after another on one ``FedSelectEnv``, and by its ``VectorMapper`` (the default, 16 at once) with each
+``--n-envs`` (the same episodes, local training fused across the sub-envs of one vector env); it prints the seconds
+and whether the two gave the same objectives and env rounds. ``--profile N`` instead runs N
 episodes under cProfile and prints the shares of local training, the loss queries, the agent's own scoring and
 the rest. A benchmark, not a test: the figures go to docs/TRAINING.md with the load average printed here.
 """
@@ -33,13 +34,14 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from agents.set_es import SetESAgent, param_names
-    from fedsel_env.bench import episode_objective, scenario
+    from agents.training.set_es import ESEpisode, SerialMapper, VectorMapper, play_episode
+    from fedsel_env.bench import scenario, training_env_config
     from fedsel_env.env import FedSelectEnv
+    from fedsel_env.rollout import keep_env
     from fedsel_eval.bench import objectives
-    from fedsel_eval.vector_episodes import EpisodeJob, play
 
     sc = scenario(args.scenario)
-    cfg = sc.env_config()
+    cfg = training_env_config(args.scenario, {})  # the trainer's env: the scenario's, the Dict observation
     env = FedSelectEnv(config=cfg)
     spec = env.selection_spec
     q = 0 if args.no_queries else min(2 * spec.clients_per_round, spec.num_clients)
@@ -66,20 +68,24 @@ def main() -> None:
                             ("the agent's select (queries included)", "set_es.py", "select")):
             print(f"  {what}: {100 * cum(f, fn) / total:.0f}% of {total:.2f} s")
         return
+    # the trainer's own unit of work: one ESEpisode per candidate and federation, federation by federation
+    # (agents/training/set_es.py), played by its SerialMapper and by its VectorMapper (the default, n_envs 16)
+    tasks = [ESEpisode(cfg, sc.objective, tuple(float(v) for v in th), q, s) for s in seeds for th in thetas]
+    keep_env(cfg, env)
     t = time.perf_counter()
-    single = np.array([objectives(env, sc, make(th), seeds)[0] for th in thetas])
+    single = SerialMapper().map(play_episode, tasks)
     t_single = time.perf_counter() - t
-    print(f"  one env, episode after episode: {t_single:.1f} s ({args.candidates} × {args.federations} episodes)")
+    rounds = sum(r for _, r in single)
+    print(f"  SerialMapper, one env, episode after episode: {t_single:.1f} s ({args.candidates} × {args.federations} "
+          f"episodes, {rounds} env rounds, {rounds / t_single:.1f} rounds/s); load {os.getloadavg()[0]:.2f}")
     for n in args.n_envs:
+        mapper = VectorMapper(n)
         t = time.perf_counter()
-        jobs = [EpisodeJob(seed=s, make_policy=make(th), tag=(i, j))
-                for i, th in enumerate(thetas) for j, s in enumerate(seeds)]
-        vals = np.full(single.shape, np.nan)
-        for (i, j), rec in play(cfg, jobs, n):
-            vals[i, j] = episode_objective(sc, rec)[0]
+        got = mapper.map(play_episode, tasks)
         dt = time.perf_counter() - t
-        print(f"  vector env, n_envs = {n}: {dt:.1f} s, {t_single / dt:.2f}× the single env; same objectives: "
-              f"{bool(np.array_equal(vals, single))}; load {os.getloadavg()[0]:.2f}")
+        mapper.close()
+        print(f"  VectorMapper, n_envs = {n}: {dt:.1f} s, {t_single / dt:.2f}× the single env; the same objectives "
+              f"and rounds: {got == single}; load {os.getloadavg()[0]:.2f}")
     env.close()
 
 
