@@ -257,7 +257,8 @@ class VectorMapper:
                 out[i] = value
         return out
 
-    def _play(self, key: str, tasks: Sequence[ESEpisode], tags: Sequence[int]) -> Iterator[Tuple[int, Tuple[float, int]]]:
+    def _play(self, key: str, tasks: Sequence[ESEpisode],
+              tags: Sequence[int]) -> Iterator[Tuple[int, Tuple[float, int]]]:
         from types import SimpleNamespace
 
         from agents.set_es import SetESAgent
