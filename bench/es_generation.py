@@ -3,6 +3,7 @@
     python bench/es_generation.py                          # Churn, 12 candidates × 8 federations, n_envs 16 and 96
     python bench/es_generation.py --scenario QuantitySkew --candidates 4 --federations 4 --n-envs 16
     python bench/es_generation.py --profile 20             # where a set_es_q episode's time goes (cProfile)
+    python bench/es_generation.py --scenario family:MixedRounds --no-queries --federations 4   # a family's draws
 
 A generation plays P candidate weight vectors (random here, seeded) on E fresh federations each. It is timed
 as the trainer plays it (``agents/training/set_es.py``'s tasks, federation by federation): by its ``SerialMapper``,
@@ -70,7 +71,9 @@ def main() -> None:
         return
     # the trainer's own unit of work: one ESEpisode per candidate and federation, federation by federation
     # (agents/training/set_es.py), played by its SerialMapper and by its VectorMapper (the default, n_envs 16)
-    tasks = [ESEpisode(cfg, sc.objective, tuple(float(v) for v in th), q, s) for s in seeds for th in thetas]
+    # a scenario family (family:<Name>, the generalist track) draws each federation's own config from its seed
+    tasks = [ESEpisode(training_env_config(args.scenario, {}, seed=s), sc.objective, tuple(float(v) for v in th), q, s)
+             for s in seeds for th in thetas]
     keep_env(cfg, env)
     t = time.perf_counter()
     single = SerialMapper().map(play_episode, tasks)
