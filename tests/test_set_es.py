@@ -8,7 +8,7 @@ import pytest
 
 import agents
 from agents.set_es import SetESAgent, param_names, standardise, token_names
-from agents.training.set_es import (ESConfig, ESEpisode, SerialMapper, VectorMapper, check_training_seeds, make_search, play_episode,
+from agents.training.set_es import (ESConfig, ESEpisode, SerialMapper, VectorMapper, candidate_values, check_training_seeds, make_search, play_episode,
                                     rank_fitness, train)
 from fedsel_env.env import FedSelectEnv
 from fedsel_env.spec import CLIENT_FEATURES
@@ -234,6 +234,21 @@ def test_the_default_vector_mapper_gives_the_serial_mappers_run_bit_for_bit(tmp_
     assert mapper.map(len, ["ab", "c"]) == [2, 1]                        # any other function: one after another
     with pytest.raises(ValueError, match="n_envs = 0 is invalid"):
         VectorMapper(0)
+
+
+def test_a_candidates_logged_mean_is_its_own_rows_mean_to_the_last_digit():
+    """``values_mean`` (the learning curve's best candidate in bench_learned's record) is each candidate's mean over
+    its E federations as numpy takes it of that candidate's own row, whatever the order the tasks were played in
+    (federation by federation): on float objectives (worst-10% accuracy, seconds) a strided mean differs in the last
+    digit, and the record's rows were logged from contiguous rows."""
+    rng = np.random.default_rng(3)
+    per_candidate = rng.random((5, 16))                              # P = 5 candidates × E = 16 federations
+    played = [per_candidate[p, j] for j in range(16) for p in range(5)]   # the mappers' order: E × P
+    values = candidate_values(played, 16, 5)
+    assert np.array_equal(values, per_candidate)
+    assert values.mean(axis=1).tolist() == [np.array(list(row)).mean() for row in per_candidate]   # exactly
+    strided = np.asarray(played).reshape(16, 5).T
+    assert strided.mean(axis=1).tolist() != values.mean(axis=1).tolist()   # what the order would otherwise change
 
 
 def test_a_log_that_does_not_replay_is_refused(tmp_path):

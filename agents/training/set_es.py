@@ -144,6 +144,14 @@ def rank_fitness(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
     return np.mean([rankdata(v[:, j]) - 1.0 for j in range(v.shape[1])], axis=0)
 
 
+def candidate_values(played: Sequence[float], episodes: int, candidates: int) -> np.ndarray:
+    """A generation's objectives, played federation by federation (E × P, the mappers' task order), as the (P, E)
+    array of each candidate's row. The rows are contiguous: numpy sums a contiguous row pairwise and a strided one
+    in order, so a candidate's logged mean (``values_mean``) is its own row's ``mean()`` to the last digit, as in the
+    runs from before the tasks went federation by federation (bench_learned's record)."""
+    return np.ascontiguousarray(np.asarray(played, dtype=np.float64).reshape(episodes, candidates).T)
+
+
 class _IsolatedNumpyRandom:
     """numpy's global generator as CMA-ES's own: its state is swapped in around each use and out after."""
 
@@ -368,7 +376,7 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
         # differ in config); every episode's result depends on its seed and candidate alone, whatever the order
         per_x = [play(np.asarray(x), seeds) for x in xs]
         played = mapper.map(play_episode, [per_x[p][j] for j in range(cfg.episodes) for p in range(len(xs))])
-        values = np.asarray([v for v, _ in played], dtype=np.float64).reshape(cfg.episodes, len(xs)).T  # (P, E)
+        values = candidate_values([v for v, _ in played], cfg.episodes, len(xs))  # (P, E)
         env_rounds = sum(r for _, r in played)
         fitness = rank_fitness(values, sc.lower_is_better)
         with rng.active():
@@ -408,4 +416,4 @@ def train(cfg: ESConfig, folder: Path, log: Callable[[str], Any] = print,
 
 
 __all__ = ["ESConfig", "ESEpisode", "ES_SEED_BASE", "Mapper", "SerialMapper", "VectorMapper", "play_episode",
-           "check_training_seeds", "make_search", "rank_fitness", "train"]
+           "candidate_values", "check_training_seeds", "make_search", "rank_fitness", "train"]
