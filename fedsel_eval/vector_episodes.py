@@ -1,7 +1,7 @@
 """Episodes played several at once through the vector env (issue #27): ``evaluate.py --n-envs E``.
 
-:func:`play` (:func:`fedsel_env.rollout.play_vector`) runs episodes — each a seed and a way to build its policy — in the E sub-envs of one
-:class:`~fedsel_env.vector.FedSelectVectorEnv`: every slot resets with its episode's seed, the sub-envs'
+:func:`play` (:func:`fedsel_env.rollout.play_vector`) runs episodes — each a seed and a way to build its
+policy — in the E sub-envs of one :class:`~fedsel_env.vector.FedSelectVectorEnv`: every slot resets with its episode's seed, the sub-envs'
 rounds are stepped together (one fused local training for all of them), and when a slot's episode ends
 the next pending episode starts there (the slot idles when none is left). Each episode is
 :func:`~fedsel_eval.episodes.episode_steps` — :func:`~fedsel_eval.episodes.run_episode`'s own loop —
