@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -319,6 +320,9 @@ def main() -> None:
     p.add_argument("--sizes", nargs="+", type=int, default=[16, 64], help="batched sizes E (E = 1 is always run)")
     p.add_argument("--seconds", type=float, default=5.0, help="time per measurement (at least 3 rounds or steps)")
     p.add_argument("--no-env", action="store_true", help="the floor only (no env measurement)")
+    p.add_argument("--variant", nargs="+", default=None, metavar="FIELD=VALUE",
+                   help="also measure the env with these config fields (e.g. pca_dtype=float32 pca_fit=gram): a "
+                        "second row per scenario, its floor measured again beside it")
     p.add_argument("--profile", type=int, default=0, metavar="STEPS",
                    help="also profile STEPS vector steps of the env at the largest E (bench/vector_env.py)")
     args = p.parse_args()
@@ -337,9 +341,17 @@ def main() -> None:
     from bench.bench_scale import batched_rate, scenario_config, single_rate
     print("| scenario | MFLOP a round (loss, train, eval, proj) | " + " | ".join(cols) + " | load |")
     print("|---|---|" + "---:|" * (len(cols) + 1))
-    for name in args.scenarios:
+    variant = {}
+    for item in args.variant or []:
+        field, eq, value = item.partition("=")
+        if not eq or not field:
+            p.error(f"--variant {item!r}: expected FIELD=VALUE, e.g. pca_dtype=float32")
+        variant[field] = yaml.safe_load(value)
+    rows = [(name, label, cfg) for name in args.scenarios
+            for label, cfg in [(name, scenario_config(name, "cpu"))]
+            + ([(f"{name} ({' '.join(args.variant)})", {**scenario_config(name, "cpu"), **variant})] if variant else [])]
+    for name, label, cfg in rows:
         shape, data = scenario_shape(name)
-        cfg = scenario_config(name, "cpu")
         f = round_flops(shape)
         parts = ", ".join(f"{f[k] / 1e6:.2f}" for k in ("loss pass", "training", "evaluation", "projections"))
         # each floor measured just before and just after the env's measurement at that E, the faster kept: the
@@ -360,14 +372,14 @@ def main() -> None:
         cells = [f"{floors[e]:.1f}" for e in sizes]
         if not args.no_env:
             cells += [f"{env[e]:.1f}" for e in sizes] + [f"{env[e] / floors[e]:.2f}" for e in sizes]
-        print(f"| {name} | {sum(f.values()) / 1e6:.2f} ({parts}) | " + " | ".join(cells) +
+        print(f"| {label} | {sum(f.values()) / 1e6:.2f} ({parts}) | " + " | ".join(cells) +
               f" | {os.getloadavg()[0]:.1f} |", flush=True)
         if args.profile:
             from fedsel_env.vector import FedSelectVectorEnv
             from bench.vector_env import profile
 
             print(f"# {name}: the env's vector step at E = {sizes[-1]} under cProfile")
-            profile(lambda: FedSelectVectorEnv(sizes[-1], config=scenario_config(name, "cpu")), args.profile)
+            profile(lambda: FedSelectVectorEnv(sizes[-1], config=cfg), args.profile)
     print(f"# load after: {os.getloadavg()}")
 
 

@@ -4,6 +4,7 @@ checkouts, measured in one run.
     python bench/reset_speed.py --scenarios QuantitySkew PowerOfChoice Large FMNISTControl
     python bench/reset_speed.py --trees /tmp/before .          # before / after: each tree's code, interleaved
     python bench/reset_speed.py --scenarios FMNISTControl --profile 25   # where the reset's time goes (cProfile)
+    python bench/reset_speed.py --variant pca_fit=gram   # each tree also with these config fields, interleaved
 
 The env is what RL training builds (``bench/bench_scale.py``'s ``scenario_config``): the scenario's config, the
 objective as the reward, ``federation_seed: null`` — so every reset partitions a new federation, draws w_0, runs
@@ -22,6 +23,9 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,9 +36,9 @@ import torch
 torch.set_num_threads(1)
 from fedsel_env.bench import scenario
 from fedsel_env.env import FedSelectEnv
-name, resets, top = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+name, resets, top, extra = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
 sc = scenario(name)
-env = FedSelectEnv(config={**sc.env_config(), **sc.reward_config(), "federation_seed": None})
+env = FedSelectEnv(config={**sc.env_config(), **sc.reward_config(), "federation_seed": None, **extra})
 env.reset(seed=0)
 prof = cProfile.Profile() if top else None
 times = []
@@ -51,10 +55,12 @@ print(json.dumps(times))
 """
 
 
-def reset_times(tree: Path, name: str, resets: int, profile: int) -> list:
-    """Seconds of each timed reset of scenario ``name`` with the code of checkout ``tree`` (a subprocess)."""
+def reset_times(tree: Path, name: str, resets: int, profile: int, extra: Optional[dict] = None) -> list:
+    """Seconds of each timed reset of scenario ``name`` with the code of checkout ``tree`` (a subprocess), its
+    config with the fields ``extra`` over it."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), name, str(resets), str(profile)], cwd=tree,
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), name, str(resets), str(profile),
+                          json.dumps(extra or {})], cwd=tree,
                          env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"reset of {name} in {tree} failed:\n{out.stderr[-3000:]}")
@@ -74,23 +80,35 @@ def main() -> None:
                    help="checkouts whose code to time (e.g. a `git archive` of the commit before, and .)")
     p.add_argument("--resets", type=int, default=3, help="timed resets per (scenario, tree, repeat)")
     p.add_argument("--repeats", type=int, default=2, help="turns each tree takes per scenario")
+    p.add_argument("--variant", nargs="+", default=None, metavar="FIELD=VALUE",
+                   help="time each tree also with these config fields (e.g. pca_fit=gram), interleaved")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="print cProfile's top N functions (cumulative) of the timed resets to stderr")
     args = p.parse_args()
     trees = [t.resolve() for t in args.trees]
+    variant = {}
+    for item in args.variant or []:
+        field, eq, value = item.partition("=")
+        if not eq or not field:
+            p.error(f"--variant {item!r}: expected FIELD=VALUE, e.g. pca_fit=gram")
+        variant[field] = yaml.safe_load(value)
+    runs = [(t, {}) for t in trees] + ([(t, variant) for t in trees] if variant else [])
     print(f"# {platform.node()}  {os.cpu_count()} CPUs  python {platform.python_version()}  one torch thread")
     for i, t in enumerate(trees):
         rev = subprocess.run(["git", "-C", str(t), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         print(f"# tree {i}: {t} ({rev.stdout.strip() or 'not a git checkout'})")
     print(f"# load before: {os.getloadavg()}")
-    print("| scenario | " + " | ".join(f"tree {i} mean s | tree {i} min s" for i in range(len(trees))) + " | load |")
-    print("|---|" + "---:|" * (2 * len(trees) + 1))
+    if variant:
+        print(f"# variant: {' '.join(args.variant)} (the columns marked +)")
+    names_of = [f"tree {i % len(trees)}{' +' if i >= len(trees) else ''}" for i in range(len(runs))]
+    print("| scenario | " + " | ".join(f"{n} mean s | {n} min s" for n in names_of) + " | load |")
+    print("|---|" + "---:|" * (2 * len(runs) + 1))
     for name in args.scenarios:
-        times = {i: [] for i in range(len(trees))}
+        times = {i: [] for i in range(len(runs))}
         for _ in range(args.repeats):
-            for i, t in enumerate(trees):
-                times[i] += reset_times(t, name, args.resets, args.profile)
-        cells = [f"{sum(times[i]) / len(times[i]):.3f} | {min(times[i]):.3f}" for i in range(len(trees))]
+            for i, (t, extra) in enumerate(runs):
+                times[i] += reset_times(t, name, args.resets, args.profile, extra)
+        cells = [f"{sum(times[i]) / len(times[i]):.3f} | {min(times[i]):.3f}" for i in range(len(runs))]
         print(f"| {name} | " + " | ".join(cells) + f" | {os.getloadavg()[0]:.1f} |", flush=True)
     print(f"# load after: {os.getloadavg()}")
 

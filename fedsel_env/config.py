@@ -58,6 +58,11 @@ DEFAULT_CONFIG: Dict[str, Any] = {
     "reward": "favor",            # favor | accuracy_gain | time_penalised | objective | vector
     "reward_params": {},          # e.g. {"xi": 64} for favor
     "pca_components": None,       # d; None = min(100, N + 1)
+    "pca_fit": "auto",            # FAVOR's PCA fit: auto (scikit-learn's SVD on the CPU, the Gram fit on CUDA) | svd |
+                                  # gram (the N+1 x N+1 Gram matrix's eigenvectors: 3-6x faster a reset on the MLP
+                                  # scenarios, the same axes to ~1e-11; docs/PERFORMANCE.md)
+    "pca_dtype": "float64",       # the dtype FAVOR's projections compute in: float64 (the committed records') |
+                                  # float32 (the named variant "float32 projections": half the bytes, ~1e-7 relative)
     "observation": "dict",        # dict | flat (a Box for SB3's MlpPolicy)
     "flat_parts": ["weights"],    # which parts the flat observation concatenates: weights, clients, progress
     "eval_every": 1,              # evaluate the global model every this many rounds (1 = every round)
@@ -138,6 +143,8 @@ ENV_IDS: Dict[str, str] = {
 
 ACTION_MODES = ("one", "topk", "subset")
 OBSERVATION_KINDS = ("dict", "flat")
+PCA_FITS = ("auto", "svd", "gram")          # fedsel_env/server_view.py fit_profiling_pca
+PCA_DTYPES = ("float64", "float32")         # fedsel_env/server_view.py WeightPCA.project
 
 # Bounds that keep every derived quantity finite (exchange times, the clock, the observation's float32
 # bounds, step counts); each is far beyond any meaningful setting (issue #15).
@@ -352,6 +359,10 @@ def validate(cfg: Dict[str, Any]) -> None:
     _int(cfg, "max_rounds", 1, MAX_ROUNDS)
     if cfg["pca_components"] is not None:
         _int(cfg, "pca_components", 1, cfg["num_clients"] + 1)
+    if not is_choice(cfg["pca_fit"], PCA_FITS):
+        _fail("pca_fit", cfg["pca_fit"], f"allowed: {list(PCA_FITS)}")
+    if not is_choice(cfg["pca_dtype"], PCA_DTYPES):
+        _fail("pca_dtype", cfg["pca_dtype"], f"allowed: {list(PCA_DTYPES)}")
     _refuse_clients_beyond_memory(cfg)
     if not is_choice(cfg["observation"], OBSERVATION_KINDS):
         _fail("observation", cfg["observation"], f"allowed: {list(OBSERVATION_KINDS)}")

@@ -47,6 +47,9 @@ class WeightPCA:
     :param components: d; fewer are fitted when the data allow fewer, and the rest padded with zeros.
     :param seed: the PCA's ``random_state``.
     :param gram: fit with :func:`gram_pca` (a tensor on its device); ``None``: when ``stacked`` is a CUDA tensor.
+    :param dtype: what the projections compute in (the fit is float64 either way): ``torch.float64`` (the
+        committed records' coordinates) or ``torch.float32`` (config ``pca_dtype: float32``, the named variant
+        "float32 projections": half the bytes of the basis read every round; coordinates to ~1e-7 relative).
 
     On the CPU the fit is scikit-learn's (``stacked`` as numpy; the committed records hold its coordinates).
     Given a CUDA tensor it is :func:`gram_pca` on that device (issue #33: scikit-learn's SVD of FAVOR's 101 ×
@@ -54,7 +57,11 @@ class WeightPCA:
     weights it is given (the simulator's ``device``: the basis is copied there once) and returns numpy.
     """
 
-    def __init__(self, stacked, components: int, seed: int, gram: Optional[bool] = None) -> None:
+    def __init__(self, stacked, components: int, seed: int, gram: Optional[bool] = None,
+                 dtype: torch.dtype = torch.float64) -> None:
+        if dtype not in (torch.float64, torch.float32):
+            raise ValueError(f"WeightPCA dtype = {dtype!r}: expected torch.float64 or torch.float32")
+        self.dtype = dtype
         d = min(components, stacked.shape[0], stacked.shape[1])
         if gram is None:
             gram = isinstance(stacked, torch.Tensor) and stacked.device.type == "cuda"
@@ -69,14 +76,14 @@ class WeightPCA:
         if d < components:
             comps = torch.cat([comps, comps.new_zeros(components - d, comps.shape[1])])
         self.components = comps
-        self._on: Dict[torch.device, tuple] = {self.mean.device: (self.mean, self.components)}
+        self._on: Dict[torch.device, tuple] = {}
 
     def project(self, flat: torch.Tensor) -> np.ndarray:
-        """PCA coordinates: (P,) → (d,), (K, P) → (K, d), computed where ``flat`` lives."""
+        """PCA coordinates: (P,) → (d,), (K, P) → (K, d), computed where ``flat`` lives, in :attr:`dtype`."""
         if flat.device not in self._on:
-            self._on[flat.device] = (self.mean.to(flat.device), self.components.to(flat.device))
+            self._on[flat.device] = (self.mean.to(flat.device, self.dtype), self.components.to(flat.device, self.dtype))
         mean, components = self._on[flat.device]
-        return ((flat.to(torch.float64) - mean) @ components.T).cpu().numpy()
+        return ((flat.to(self.dtype) - mean) @ components.T).cpu().numpy()
 
 
 def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-7):
@@ -107,13 +114,14 @@ def gram_pca(x: torch.Tensor, d: int, rcond: float = 1e-7):
 
 
 def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, seed: int,
-                      gram: Optional[bool] = None):
+                      gram: Optional[bool] = None, dtype: torch.dtype = torch.float64):
     """FAVOR's map, fitted on w_0 and the N profiling-round models: (pca, their rows (N+1, d), # broken).
 
     A local model that blew up (an exploding learning rate) says nothing about the weight space: the
     map is fitted with w_0 in its place, and its row is w_0's. On CUDA the rows stay on the device
     (:func:`gram_pca`); elsewhere they go to the host for scikit-learn, as the server receives them.
-    ``gram`` forces either fit (``None``: the Gram fit on CUDA).
+    ``gram`` forces either fit (``None``: the Gram fit on CUDA; config ``pca_fit``); ``dtype``: the projections'
+    (:class:`WeightPCA`; config ``pca_dtype``).
     """
     if gram is None:
         gram = w0.device.type == "cuda"
@@ -121,13 +129,13 @@ def fit_profiling_pca(w0: torch.Tensor, local: torch.Tensor, components: int, se
         stacked_t = torch.cat([w0.unsqueeze(0), local]).to(torch.float64)
         broken_t = ~torch.isfinite(torch.linalg.vector_norm(stacked_t, dim=1))
         stacked_t[broken_t] = stacked_t[0].clone()  # (row 0 is a view of the written tensor: CUDA refuses it)
-        pca = WeightPCA(stacked_t, components, seed, gram=True)
+        pca = WeightPCA(stacked_t, components, seed, gram=True, dtype=dtype)
         return pca, pca.project(stacked_t), int(broken_t.sum())
     stacked = torch.cat([w0.unsqueeze(0), local]).cpu().to(torch.float64).numpy()  # the server receives them
     with np.errstate(over="ignore"):
         broken = ~np.isfinite(np.linalg.norm(stacked, axis=1))
     stacked[broken] = stacked[0]
-    pca = WeightPCA(stacked, components, seed, gram=False)
+    pca = WeightPCA(stacked, components, seed, gram=False, dtype=dtype)
     return pca, pca.project(torch.from_numpy(stacked).to(w0.device)), int(broken.sum())
 
 
@@ -219,6 +227,8 @@ class ServerView:
         self.space = dict_observation_space(cfg, self.n, pca_components, model_size)
         self.flat_parts: Optional[list] = list(cfg["flat_parts"]) if cfg["observation"] == "flat" else None
         self.pca: Optional[WeightPCA] = None
+        self.pca_gram: Optional[bool] = {"auto": None, "svd": False, "gram": True}[cfg.get("pca_fit", "auto")]
+        self.pca_dtype = getattr(torch, cfg.get("pca_dtype", "float64"))
 
     @property
     def rounds(self) -> float:
@@ -233,7 +243,8 @@ class ServerView:
         """
         n = self.n
         self.pca, rows, broken = fit_profiling_pca(report.global_params, report.local_models,
-                                                   self.pca_components, pca_seed)
+                                                   self.pca_components, pca_seed, gram=self.pca_gram,
+                                                   dtype=self.pca_dtype)
         self.weights = rows
         self.loss = np.array(report.losses, dtype=np.float64)
         self.loss_rms = np.array(report.loss_rms, dtype=np.float64)

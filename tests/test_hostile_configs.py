@@ -111,6 +111,8 @@ FIELDS = {
     "reward": maybe(st.sampled_from(["favor", "accuracy_gain", "time_penalised"])),
     "reward_params": params(xi=st.floats(1.01, 1e6), scale=st.floats(0.01, 1e6), time_weight=st.floats(0, 1e6)),
     "pca_components": maybe(st.one_of(st.none(), st.integers(1, 13))),
+    "pca_fit": maybe(st.sampled_from(["auto", "svd", "gram"])),
+    "pca_dtype": maybe(st.sampled_from(["float64", "float32"])),
     "observation": maybe(st.sampled_from(["dict", "flat"])),
     "flat_parts": maybe(st.lists(st.sampled_from(["weights", "clients", "progress"]), min_size=1, max_size=3,
                                  unique=True)),

@@ -22,10 +22,10 @@ def _profiling_rows(config):
     got = {}
     real = sv.fit_profiling_pca
 
-    def spy(w0, local, components, seed):
+    def spy(w0, local, components, seed, **kw):
         got["x"] = torch.cat([w0.unsqueeze(0), local]).to(torch.float64).cpu()
         got["args"] = (components, seed)
-        return real(w0, local, components, seed)
+        return real(w0, local, components, seed, **kw)
 
     sv.fit_profiling_pca = spy
     try:
@@ -100,6 +100,55 @@ def test_the_cpu_keeps_scikit_learns_fit():
     for given in (x, x.numpy()):
         pca = WeightPCA(given, components, seed)
         assert torch.equal(pca.components[:d], torch.from_numpy(sk.components_))
+
+
+def _episode(config, seed=4, rounds=4):
+    """A reset and ``rounds`` steps of fixed scores: each observation's weights, and every reward and accuracy."""
+    env = FedSelectEnv(config=config)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(0)
+    weights, outcome = [obs["weights"]], []
+    for _ in range(rounds):
+        obs, reward, term, trunc, info = env.step(rng.random(env.num_clients).astype(np.float32))
+        weights.append(obs["weights"])
+        outcome.append((reward, info["accuracy"], tuple(info["selected"])))
+    env.close()
+    return np.stack(weights), outcome
+
+
+def test_the_default_pca_settings_are_the_records_and_the_variants_move_only_the_coordinates():
+    """``pca_fit: auto`` and ``pca_dtype: float64`` are the records' map (bit for bit what ``svd`` gives on the CPU);
+    the named variants ``pca_fit: gram`` and ``pca_dtype: float32`` (issue #43) move the PCA coordinates by rounding
+    only — where the profiling models have variance — and leave what the clients train, and so the rewards, alone."""
+    base = {"num_clients": 12, "clients_per_round": 3, "pca_components": 8, "max_rounds": 6}
+    w, out = _episode(base)
+    w_svd, out_svd = _episode({**base, "pca_fit": "svd"})
+    assert np.array_equal(w, w_svd) and out == out_svd
+    scale = np.abs(w).max()
+    for variant, tol in (({"pca_fit": "gram"}, 1e-9), ({"pca_dtype": "float32"}, 1e-5),
+                         ({"pca_fit": "gram", "pca_dtype": "float32"}, 1e-5)):
+        w_v, out_v = _episode({**base, **variant})
+        assert out_v == out, variant  # the selection, the rewards and the accuracies: untouched
+        assert not np.array_equal(w_v, w) or variant == {"pca_fit": "gram"}
+        np.testing.assert_allclose(w_v, w, rtol=0, atol=tol * scale, err_msg=str(variant))
+
+
+def test_the_float32_projection_computes_in_float32_and_refuses_other_dtypes():
+    x = torch.randn(6, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    exact = WeightPCA(x, 4, seed=0)
+    fast = WeightPCA(x, 4, seed=0, dtype=torch.float32)
+    assert torch.equal(fast.components, exact.components)  # the same fit ...
+    assert fast.project(x.float()).dtype == np.float32      # ... projected in float32
+    np.testing.assert_allclose(fast.project(x.float()), exact.project(x), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="expected torch.float64 or torch.float32"):
+        WeightPCA(x, 4, seed=0, dtype=torch.float16)
+
+
+@pytest.mark.parametrize("field, value", [("pca_fit", "qr"), ("pca_fit", None), ("pca_dtype", "float16"),
+                                          ("pca_dtype", 32)])
+def test_a_bad_pca_setting_names_the_field_and_the_choices(field, value):
+    with pytest.raises(ValueError, match=f"{field}.*allowed"):
+        FedSelectEnv(config={field: value})
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bench/gpu_check.sh runs it on one)")
