@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -341,12 +340,12 @@ def main() -> None:
     from bench.bench_scale import batched_rate, scenario_config, single_rate
     print("| scenario | MFLOP a round (loss, train, eval, proj) | " + " | ".join(cols) + " | load |")
     print("|---|---|" + "---:|" * (len(cols) + 1))
-    variant = {}
-    for item in args.variant or []:
-        field, eq, value = item.partition("=")
-        if not eq or not field:
-            p.error(f"--variant {item!r}: expected FIELD=VALUE, e.g. pca_dtype=float32")
-        variant[field] = yaml.safe_load(value)
+    from agents.training.cli import parse_key_values
+
+    try:
+        variant = parse_key_values(args.variant or [], "variant")
+    except ValueError as e:
+        p.error(str(e))
     rows = [(name, label, cfg) for name in args.scenarios
             for label, cfg in [(name, scenario_config(name, "cpu"))]
             + ([(f"{name} ({' '.join(args.variant)})", {**scenario_config(name, "cpu"), **variant})] if variant else [])]

@@ -25,8 +25,6 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -86,12 +84,12 @@ def main() -> None:
                    help="print cProfile's top N functions (cumulative) of the timed resets to stderr")
     args = p.parse_args()
     trees = [t.resolve() for t in args.trees]
-    variant = {}
-    for item in args.variant or []:
-        field, eq, value = item.partition("=")
-        if not eq or not field:
-            p.error(f"--variant {item!r}: expected FIELD=VALUE, e.g. pca_fit=gram")
-        variant[field] = yaml.safe_load(value)
+    from agents.training.cli import parse_key_values
+
+    try:
+        variant = parse_key_values(args.variant or [], "variant")
+    except ValueError as e:
+        p.error(str(e))
     runs = [(t, {}) for t in trees] + ([(t, variant) for t in trees] if variant else [])
     print(f"# {platform.node()}  {os.cpu_count()} CPUs  python {platform.python_version()}  one torch thread")
     for i, t in enumerate(trees):
