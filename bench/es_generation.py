@@ -9,7 +9,8 @@ A generation plays P candidate weight vectors (random here, seeded) on E fresh f
 as the trainer plays it (``agents/training/set_es.py``'s tasks, federation by federation): by its ``SerialMapper``,
 one episode after another on one ``FedSelectEnv``, and by its ``VectorMapper`` (the default, 16 at once) with each
 ``--n-envs`` (the same episodes, local training fused across the sub-envs of one vector env); it prints the seconds
-and whether the two gave the same objectives and env rounds. ``--profile N`` instead runs N
+and whether the two gave the same objectives and env rounds; ``--reset-cache both`` plays it all with the reset
+cache (``fedsel_env/reset_cache.py``) off, then on. ``--profile N`` instead runs N
 episodes under cProfile and prints the shares of local training, the loss queries, the agent's own scoring and
 the rest. A benchmark, not a test: the figures go to docs/TRAINING.md with the load average printed here.
 """
@@ -30,6 +31,8 @@ def main() -> None:
     p.add_argument("--n-envs", type=int, nargs="+", default=[16, 96])
     p.add_argument("--no-queries", action="store_true", help="set_es (no loss queries) instead of set_es_q")
     p.add_argument("--profile", type=int, default=0, help="profile this many episodes instead")
+    p.add_argument("--reset-cache", choices=("on", "off", "both"), default="on",
+                   help="the reset cache (fedsel_env/reset_cache.py): on (the default), off, or both, interleaved")
     args = p.parse_args()
     import torch
 
@@ -75,20 +78,32 @@ def main() -> None:
     tasks = [ESEpisode(training_env_config(args.scenario, {}, seed=s), sc.objective, tuple(float(v) for v in th), q, s)
              for s in seeds for th in thetas]
     keep_env(cfg, env)
-    t = time.perf_counter()
-    single = SerialMapper().map(play_episode, tasks)
-    t_single = time.perf_counter() - t
-    rounds = sum(r for _, r in single)
-    print(f"  SerialMapper, one env, episode after episode: {t_single:.1f} s ({args.candidates} × {args.federations} "
-          f"episodes, {rounds} env rounds, {rounds / t_single:.1f} rounds/s); load {os.getloadavg()[0]:.2f}")
-    for n in args.n_envs:
-        mapper = VectorMapper(n)
+    from fedsel_env import reset_cache
+
+    modes = ("off", "on") if args.reset_cache == "both" else (args.reset_cache,)
+    budget = reset_cache.DEFAULT_MAX_BYTES
+    first = None
+    for mode in modes:  # every cache made below (the env's, each vector env's) on or off
+        reset_cache.DEFAULT_MAX_BYTES = budget if mode == "on" else 0
+        env.reset_cache = reset_cache.ResetCache()
         t = time.perf_counter()
-        got = mapper.map(play_episode, tasks)
-        dt = time.perf_counter() - t
-        mapper.close()
-        print(f"  VectorMapper, n_envs = {n}: {dt:.1f} s, {t_single / dt:.2f}× the single env; the same objectives "
-              f"and rounds: {got == single}; load {os.getloadavg()[0]:.2f}")
+        single = SerialMapper().map(play_episode, tasks)
+        t_single = time.perf_counter() - t
+        first = single if first is None else first
+        rounds = sum(r for _, r in single)
+        print(f"  reset cache {mode}: SerialMapper, one env, episode after episode: {t_single:.1f} s "
+              f"({args.candidates} × {args.federations} episodes, {rounds} env rounds, {rounds / t_single:.1f} "
+              f"rounds/s; the same objectives and rounds as the first run: {single == first}); "
+              f"load {os.getloadavg()[0]:.2f}")
+        for n in args.n_envs:
+            mapper = VectorMapper(n)
+            t = time.perf_counter()
+            got = mapper.map(play_episode, tasks)
+            dt = time.perf_counter() - t
+            mapper.close()
+            print(f"  reset cache {mode}: VectorMapper, n_envs = {n}: {dt:.1f} s, {t_single / dt:.2f}× the single "
+                  f"env; the same objectives and rounds: {got == single}; load {os.getloadavg()[0]:.2f}")
+    reset_cache.DEFAULT_MAX_BYTES = budget
     env.close()
 
 

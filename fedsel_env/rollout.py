@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import metrics
+from .reset_cache import config_key
 from .bench import episode_objective
 
 
@@ -201,11 +202,6 @@ def play_vector(env_config: Optional[Mapping[str, Any]], jobs: Sequence[EpisodeJ
 
 
 _ENVS: Dict[str, Any] = {}
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """``config`` as one string (sorted keys, arrays as lists): equal for configs that build the same env."""
-    return json.dumps(config, sort_keys=True, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
 
 
 def env_for(config: Mapping[str, Any]) -> Any:

@@ -40,6 +40,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from .env import FedSelectEnv
+from .reset_cache import ResetCache
 from .server_view import PCA_BYTES_PER_WEIGHT
 from .sim.data import SharedBuilds, sharing_builds
 from .sim.limits import format_bytes, memory_budget
@@ -126,6 +127,7 @@ class FedSelectVectorEnv(VectorEnv):
         # federation that another sub-env holds (sim/data.py's SharedBuilds; 64 Fashion-MNIST sub-envs
         # took 0.45 s each to build one by one)
         self._builds = SharedBuilds()
+        self._reset_cache = ResetCache()  # one for all sub-envs: equal resets are played once (reset_cache.py)
         for i in range(n):
             cfg = config if configs is None else configs[i]
             merged = {**copy.deepcopy(dict(cfg or {})), **fields}
@@ -148,6 +150,7 @@ class FedSelectVectorEnv(VectorEnv):
             elif env.observation_space != self.single_observation_space or env.action_space != self.single_action_space:
                 raise ValueError(f"sub-env {i}'s observation or action space differs from sub-env 0's "
                                  f"(num_clients, action_mode, observation, pca_components must agree)")
+            env.reset_cache = self._reset_cache
             self.envs.append(env)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -183,8 +186,7 @@ class FedSelectVectorEnv(VectorEnv):
                 or not mask.any():
             raise ValueError(f"options['reset_mask'] must be a bool numpy array of shape ({self.num_envs},) with at "
                              f"least one True")
-        results = self._drive({i: self.envs[i].reset_steps(seed=seeds[i], options=options or None)
-                               for i in np.flatnonzero(mask)})
+        results = self._drive_resets({int(i): seeds[i] for i in np.flatnonzero(mask)}, options or None)
         infos: Dict[str, Any] = {}
         for i in sorted(results):
             self._env_obs[i], info = results[i]
@@ -233,6 +235,26 @@ class FedSelectVectorEnv(VectorEnv):
         """:func:`~fedsel_env.vector_training.drive` on the config's torch threads, data builds shared."""
         with torch_threads(self._threads), sharing_builds(self._builds):
             return drive(steps)
+
+    def _drive_resets(self, seeds: Mapping[int, Optional[int]], options: Optional[Dict[str, Any]]) -> Dict[int, Any]:
+        """The sub-envs' resets together; of those with equal reset keys (the same config and seeds) one plays the
+        profiling round and the others restore its state from the shared reset cache afterwards
+        (``fedsel_env/reset_cache.py``: the same results, bit for bit)."""
+        first: Dict[int, Optional[int]] = {}
+        later: Dict[int, Optional[int]] = {}
+        keys = set()
+        for i, s in seeds.items():
+            key = self.envs[i].reset_key(s, options)
+            if key is not None and (key in keys or key in self._reset_cache):
+                later[i] = s
+            else:
+                first[i] = s
+                keys.add(key)
+        results = self._drive({i: self.envs[i].reset_steps(seed=s, options=options) for i, s in first.items()})
+        if later:
+            results.update(self._drive({i: self.envs[i].reset_steps(seed=s, options=options)
+                                        for i, s in later.items()}))
+        return {i: results[i] for i in seeds}
 
     def _check_open(self, what: str) -> None:
         if self.closed:
@@ -289,7 +311,7 @@ class FedSelectVectorEnv(VectorEnv):
         :raises ValueError: for an index that is not an integer in [0, E), before any sub-env moves."""
         self._check_open("reset_some")
         seeds = self._indexed(seeds, "reset_some")
-        results = self._drive({i: self.envs[i].reset_steps(seed=s, options=options) for i, s in seeds.items()})
+        results = self._drive_resets(seeds, options)
         for i, (obs, _) in results.items():
             self.adopt(i, obs)
         return results
