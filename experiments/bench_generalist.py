@@ -505,7 +505,9 @@ def build_record(args: argparse.Namespace) -> records.Record:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--part", choices=("train", "eval", "transfer", "report", "all"), default="all")
+    p.add_argument("--part", choices=("train", "eval", "transfer", "report", "all", "tables"), default="all",
+                   help="tables: the transfer tables spliced again from the committed records (no episode played; "
+                        "after bench_learned's record changes)")
     p.add_argument("--objectives", default=",".join(FAMILY_OF), help="comma-separated objectives to train for")
     p.add_argument("--scenarios", default=",".join(sc.name for sc in BENCH_SCENARIOS))
     p.add_argument("--on", choices=("reporting", "tuning"), default="reporting",
@@ -533,6 +535,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         args.objectives, args.scenarios, args.hyperparams = SMOKE["objectives"], SMOKE["scenarios"], SMOKE["hyperparams"]
         args.env_kwargs, args.overrides, args.train_seeds = SMOKE["env_kwargs"], SMOKE["overrides"], SMOKE["train_seeds"]
         args.seeds, args.no_publish, args.on = SMOKE["seeds"], True, "reporting"
+    if args.part == "tables":  # bench_learned's leaderboard is a column of the versus table
+        data = records.load(RESULT["reporting"])
+        rec = records.Record(data["experiment"], data["config"], notes=data["notes"])
+        rec.rows = data["rows"]
+        text = transfer_table(rec) + "\n\n" + versus_table(rec, records.load(LEARNED))
+        if not args.no_publish:
+            markdown.splice(ROOT / "docs" / "BENCHMARK.md", "bench:transfer", text)
+        print(text)
+        return
     if args.part in ("train", "all"):
         part_train(args)
     if args.part in ("eval", "all"):
