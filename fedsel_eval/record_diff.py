@@ -8,6 +8,9 @@ how fast a row was made left out (:data:`RUN_FIELDS`: its chunk, the resolved co
 wall times), and prints one line a cell: rows in each record, rows equal, and the chunks of NEW the rows came from
 (a row carried from the committed record says nothing about a re-record; ``--chunk`` keeps only NEW's cells that
 have rows of those chunks). Values are compared exactly: a re-record on the same machine gives the same bits.
+Where cells differ, the platforms their rows' chunks name (:func:`fedsel_eval.records.platform_info`: library
+versions and the CPU's vector unit) are printed for both records: rows made at one commit on two platforms can
+round differently, rows made on one platform at one commit should not.
 
 Exit status 0 when every cell the two records share (and that ``--chunk`` keeps) is equal, 1 otherwise; cells in
 only one record are listed and, with ``--strict``, count as a difference::
@@ -77,6 +80,19 @@ def first_difference(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str
     return f"only in OLD: {only_old[0]}" if only_old else None
 
 
+def platforms(record: Mapping[str, Any], cells: Iterable[Tuple[str, ...]]) -> List[str]:
+    """The distinct platforms (``platform`` of :func:`fedsel_eval.records.platform_info`, or "unrecorded") of the
+    chunks that made ``record``'s rows of ``cells``, each as one line with the chunks that name it."""
+    chunks = {c["id"]: c for c in record["chunks"]}
+    used = sorted({r["chunk"] for r in record["rows"] if cell_of(r) in set(cells)})
+    seen: Dict[str, List[str]] = {}
+    for cid in used:
+        plat = chunks[cid].get("platform")
+        text = (", ".join(f"{k} {v}" for k, v in plat.items()) if isinstance(plat, Mapping) else "unrecorded")
+        seen.setdefault(text, []).append(cid)
+    return [f"{text} (chunks {', '.join(ids)})" for text, ids in seen.items()]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fedsel_eval.record_diff", description=__doc__.split("\n")[0])
     p.add_argument("old", type=Path, help="the record to compare against (e.g. the committed one)")
@@ -93,9 +109,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             p.error(f"{path}: no such record file (a record is experiments/results/<name>.json or a run's "
                     f"record.json; for a committed one: git show HEAD:<path> > file)")
     try:
-        old, new = load(args.old)["rows"], load(args.new)["rows"]
+        old_rec, new_rec = load(args.old), load(args.new)
     except ValueError as e:
         p.error(str(e))
+    old, new = old_rec["rows"], new_rec["rows"]
     ignore = tuple(args.ignore) if args.ignore is not None else RUN_FIELDS
     cells = diff(old, new, ignore, args.chunk)
     shared = [c for c in cells if c["old"] and c["new"]]
@@ -109,6 +126,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     align="llllrrrll"), end="")
     for c in [c for c in shared if not c["same"]][:5]:
         print(f"{' / '.join(x for x in c['cell'] if x)}: {first_difference(old, new, c['cell'], ignore)}")
+    differing = {c["cell"] for c in shared if not c["same"]}
+    for side, rec in (("OLD", old_rec), ("NEW", new_rec)):
+        if differing:
+            print(f"{side}'s rows of the differing cells were made on: "
+                  f"{'; '.join(platforms(rec, differing)) or 'no platform recorded'}")
     rows_equal = sum(c["equal"] for c in shared)
     print(f"{len(shared)} cells in both records, {len(shared) - len([c for c in shared if not c['same']])} of them "
           f"equal ({rows_equal} rows; fields left out: {', '.join(ignore)}); {len(one_sided)} cells in one record only")

@@ -7,7 +7,8 @@ format ``fedsel-record/1``::
      "experiment": "afl_rounds",                      # what wrote it
      "written_by": {"commit": sha, "dirty": bool, "dirty_files": [...]},   # the invocation that wrote the file
      "config": {...},                                 # the configuration as run (env configs, caps, seeds, ...)
-     "chunks": [{"id": "c0", "commit": sha, "dirty": false, "dirty_files": [], "note": "..."}],
+     "chunks": [{"id": "c0", "commit": sha, "dirty": false, "dirty_files": [], "note": "...",
+                 "platform": {"numpy": "2.4.6", "torch": "2.14.1", "cpu_capability": "AVX512", ...}}],
      "rows": [{"chunk": "c0", "policy": "afl", "training_seed": null, "seed": 3, "federation_seed": 3,
                "rounds": 27, "reached": true, "sim_time": 812.4, "final_accuracy": 0.903, ...}],
      "summaries": [{"name": "...", "stat": "paired_t", "field": "rounds", "where": {...}, "minus": {...},
@@ -15,7 +16,8 @@ format ``fedsel-record/1``::
      "notes": {...}}                                   # what is no figure (tuning choices, timings' context)
 
 - **chunks**: every piece of work that computed rows, with the commit and dirty flag *it* ran at (a resumed
-  run has several); each row names its chunk. A record that holds no episodes (its rows were lost) says
+  run has several) and the ``platform`` its floats came from (:func:`platform_info`: library versions and the
+  CPU's vector unit; ``null`` for a chunk carried from a record older than the field); each row names its chunk. A record that holds no episodes (its rows were lost) says
   so in ``summary_only`` (a reason) and its summaries carry ``"summary_only": true``.
 - **rows**: one per episode (or per measurement: a timing). The episode fields are ``policy``,
   ``training_seed`` (the seed a trained policy was trained with; ``null`` for a hand-written one), ``seed``
@@ -65,6 +67,27 @@ EPISODE_FIELDS = ("policy", "training_seed", "seed", "federation_seed", "rounds"
 
 
 # ============================================================================================ provenance
+def platform_info() -> Dict[str, Any]:
+    """What a chunk's floats depend on beyond its commit: Python, numpy, torch and scikit-learn versions, the CPU
+    and the vector unit torch dispatches to. Two machines at one commit can round differently (BLAS kernels differ
+    by vector unit and library version), so a row that does not reproduce elsewhere is read against this."""
+    import platform
+
+    import numpy
+    import sklearn
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__,
+            "scikit-learn": sklearn.__version__, "cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "torch_threads": torch.get_num_threads()}
+
+
 def git_provenance(root: Path, paths: Sequence[str] = (), exclude: Sequence[str] = (),
                    git: str = "git") -> Dict[str, Any]:
     """The git commit of ``root`` and whether tracked files under ``paths`` differ from it.
@@ -240,10 +263,13 @@ class Record:
         self._carried: Dict[str, str] = {}
 
     def chunk(self, provenance: Mapping[str, Any], note: str = "", **extra: Any) -> str:
-        """Add a chunk of work run at ``provenance`` (:func:`git_provenance`'s dict); return its id."""
+        """Add a chunk of work run at ``provenance`` (:func:`git_provenance`'s dict); return its id. Its ``platform``
+        is this process's (:func:`platform_info`) unless ``provenance`` names one (a carried chunk's, or ``None``)."""
         cid = f"c{len(self.chunks)}"
+        platform = provenance["platform"] if "platform" in provenance else platform_info()
         self.chunks.append({"id": cid, "commit": provenance.get("commit"), "dirty": provenance.get("dirty"),
-                            "dirty_files": provenance.get("dirty_files"), "note": note, **jsonable(extra)})
+                            "dirty_files": provenance.get("dirty_files"), "note": note, "platform": platform,
+                            **jsonable(extra)})
         return cid
 
     def chunk_of(self, row: Mapping[str, Any], default: str, why: str = "not played on this machine") -> str:
@@ -255,7 +281,7 @@ class Record:
         if src is None:
             return default
         if src["id"] not in self._carried:
-            self._carried[src["id"]] = self.chunk(src, note=f"carried from the committed record's chunk {src['id']} "
+            self._carried[src["id"]] = self.chunk({**src, "platform": src.get("platform")}, note=f"carried from the committed record's chunk {src['id']} "
                                                             f"({src.get('note', '')}): {why}")
         return self._carried[src["id"]]
 

@@ -84,3 +84,19 @@ def test_a_file_that_is_not_a_record_is_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(old), str(tmp_path / "bad.json")])
     assert "a record is a JSON object" in capsys.readouterr().err
+
+
+def test_the_platforms_of_differing_cells_are_printed_for_both_records(tmp_path, capsys):
+    old = _record(tmp_path / "old.json", ROWS)
+    data = json.loads(old.read_text())
+    data["chunks"][0]["platform"] = None                       # a chunk older than the field
+    data["chunks"][1]["platform"] = {"numpy": "2.3.0", "cpu_capability": "AVX2"}
+    old.write_text(json.dumps(data))
+    off = [dict(r) for r in ROWS]
+    off[-1]["value"] = 15.0                                    # the carried QuantitySkew row (chunk c1) differs
+    new = _record(tmp_path / "new.json", off)
+    assert main([str(old), str(new)]) == 1
+    out = capsys.readouterr().out
+    assert "OLD's rows of the differing cells were made on: numpy 2.3.0, cpu_capability AVX2 (chunks c1)" in out
+    import numpy
+    assert f"NEW's rows of the differing cells were made on: python" in out and f"numpy {numpy.__version__}" in out

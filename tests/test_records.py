@@ -141,3 +141,22 @@ def test_chunk_of_keeps_a_carried_rows_commit_one_chunk_per_source():
     assert (commits[a1], commits[b]) == ("aaa", "bbb")
     note = next(c["note"] for c in rec.chunks if c["id"] == a1)
     assert "chunk c0" in note and "old episodes" in note and "models not here" in note
+
+
+def test_a_chunk_names_the_platform_its_floats_came_from_and_a_carried_one_keeps_its_own(tmp_path):
+    import sklearn
+    import torch
+
+    rec = records.Record("toy", config={})
+    here = rec.chunk({"commit": "a" * 40, "dirty": False, "dirty_files": []}, note="played here")
+    plat = rec.chunks[0]["platform"]
+    assert plat["numpy"] == np.__version__ and plat["torch"] == torch.__version__
+    assert plat["scikit-learn"] == sklearn.__version__ and plat["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    rec.add_row(here, policy="random", seed=0, rounds=3)
+    old = {"id": "c4", "commit": "b" * 40, "dirty": False, "note": "older"}           # written before the field
+    other = {**old, "id": "c5", "platform": {"numpy": "1.26.4", "cpu_capability": "AVX2"}}
+    rec.carry({"policy": "random", "seed": 1, "rounds": 4, "_carried_from": old}, here)
+    rec.carry({"policy": "random", "seed": 2, "rounds": 5, "_carried_from": other}, here)
+    assert [c["platform"] for c in rec.chunks[1:]] == [None, {"numpy": "1.26.4", "cpu_capability": "AVX2"}]
+    rec.write(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["chunks"][0]["platform"] == plat
