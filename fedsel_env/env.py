@@ -19,7 +19,6 @@ from typing import Any, Dict, Mapping, Optional
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.utils.seeding import np_random
 
 from .actions import ACTION_MODES, server_step
@@ -30,8 +29,9 @@ from .sim.device import resolve_device
 from .episode_info import EpisodeTally
 from .sim.federation import EpisodeSeeds, Federation, inline
 from .sim.models import make_model, num_parameters
+from .sim.limits import checked_seed
 from .sim.parallel import WorkerPool
-from .reset_cache import ResetCache, config_key, copy_view_state, view_from_state
+from .reset_cache import ResetCache
 from .rewards import RoundOutcome, make_reward
 from .server_view import ServerView, flat_observation_space
 from .spec import SelectionSpec
@@ -85,10 +85,8 @@ class FedSelectEnv(gym.Env):
         self.observation_space = self.view.space if cfg["observation"] == "dict" else \
             flat_observation_space(self.view.space, cfg["flat_parts"])
         self.federation: Optional[Federation] = None
-        #: the states after a reset, by config and seeds (``fedsel_env/reset_cache.py``; the vector env shares one
-        #: among its sub-envs); ``ResetCache(0)`` keeps nothing
+        #: states after a reset by config and seeds (reset_cache.py; shared by a vector env's sub-envs; 0: none)
         self.reset_cache = ResetCache()
-        self._config_key: Optional[str] = None
 
     def _federation(self, seed: int) -> Federation:
         """The federation of a partition seed, kept while the seed stays (one at a time)."""
@@ -104,63 +102,23 @@ class FedSelectEnv(gym.Env):
 
     # ------------------------------------------------------------------- reset
     def reset_steps(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None):
-        """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA (``reset``;
-        as a generator it yields the profiling round's ``TrainRequest``, for ``fedsel_env/vector.py``). A reset
-        whose config and seeds were reset before restores that state from :attr:`reset_cache` instead (bit for
-        bit the same; ``fedsel_env/reset_cache.py``)."""
-        if seed is not None:
-            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-                raise ValueError(f"reset seed {seed!r} is invalid: expected an integer >= 0 or None")
-            seed = int(seed)
-        super().reset(seed=seed)
-        fed_seed, seeds, pca = self._episode_seeds(self.np_random)
-        self.federation = fed = self._federation(fed_seed)
-        key = self._reset_key(fed_seed, seeds, pca, options)
-        kept = self.reset_cache.get(key) if key is not None else None
-        if kept is not None:  # the same state as the reset that stored it: no profiling round, no PCA fit
-            fed_state, view_state, (profiling_time, broken) = kept
-            fed.restore({**fed_state, "torch_rng": torch.get_rng_state()})
-            self.view = view_from_state(ServerView, view_state)
-        else:
-            report = yield from fed.start_steps(seeds)
-            self.view = ServerView(self.config, fed.num_samples, self.model_size, self.pca_components,
-                                   self.server_step)
-            broken = self.view.start(report, pca_seed=pca)
-            self.view.open_round(fed.open_round())
-            profiling_time = report.round_time
-            if key is not None:
-                state = fed.snapshot()
-                del state["torch_rng"]  # a reset draws nothing from torch's generator: a hit leaves it as it is
-                self.reset_cache.put(key, (state, copy_view_state(self.view), (profiling_time, broken)))
+        """Start a training job: new partition (from the seed), new w_0, profiling round, fixed PCA (``reset``; as a
+        generator it yields the profiling round's ``TrainRequest``, for ``vector.py``), or :attr:`reset_cache`'s."""
+        super().reset(seed=checked_seed(seed))
+        seeds, pca = EpisodeSeeds.draw(self.config, self.np_random)
+        self.federation = fed = self._federation(seeds.federation)
+        self.view, profiling_time, broken = yield from self.reset_cache.start(  # a hit: no profiling round, no PCA fit
+            self.reset_cache.key(self.config, seeds, pca, options), fed, seeds, pca, ServerView,
+            (self.config, fed.num_samples, self.model_size, self.pca_components, self.server_step))
         self.selection_spec = SelectionSpec.from_config(self.config, fed.num_samples, self.model_size)
         self.tally = EpisodeTally(fed.adversary, profiling_time=profiling_time, profiling_diverged=broken)
         self._round, self._clock, self._ended = 0, 0.0, False
         return self.view.observe(), self.tally.reset_info(self.view, self.model_size)
 
-    def _episode_seeds(self, rng: np.random.Generator):
-        """The federation's seed, the episode's :class:`EpisodeSeeds` and the PCA's seed, drawn from ``rng``."""
-        s = [int(x) for x in rng.integers(0, 2**31 - 1, size=5)]
-        fed_seed = self.config["federation_seed"] if self.config["federation_seed"] is not None else s[0]
-        # init: federation — w_0, the profiling round and the PCA map belong to the federation (FAVOR)
-        init, pca, profiling = (s[3], s[4], s[2]) if self.config["init"] == "episode" else \
-            [int(x) for x in np.random.default_rng([fed_seed, 8]).integers(0, 2**31 - 1, size=3)]
-        return fed_seed, EpisodeSeeds(fed_seed, s[1], s[2], init, profiling), pca
-
-    def _reset_key(self, fed_seed: int, seeds: EpisodeSeeds, pca: int, options: Any) -> Optional[tuple]:
-        """The reset cache's key (None: not cached — worker processes, or reset options)."""
-        if self.config["workers"] > 1 or options or self.reset_cache.max_bytes == 0:
-            return None
-        if self._config_key is None:
-            self._config_key = config_key(self.config)
-        return (self._config_key, fed_seed, seeds.system, seeds.training, seeds.init, seeds.profiling, pca)
-
     def reset_key(self, seed: Optional[int], options: Optional[Dict[str, Any]] = None) -> Optional[tuple]:
-        """The reset cache's key of ``reset(seed=seed, options=options)``, changing nothing (None for ``seed=None``:
-        its seeds come from the env's generator). Equal keys: equal states after the reset."""
-        if seed is None or isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            return None
-        fed_seed, seeds, pca = self._episode_seeds(np_random(int(seed))[0])
-        return self._reset_key(fed_seed, seeds, pca, options)
+        """:attr:`reset_cache`'s key of ``reset(seed, options)`` (None for seed None); equal keys, equal resets."""
+        return None if seed is None else self.reset_cache.key(
+            self.config, *EpisodeSeeds.draw(self.config, np_random(checked_seed(seed))[0]), options)
 
     reset = on_env_threads(inline(reset_steps))  # Gymnasium's reset: reset_steps with its training done here
 
@@ -210,11 +168,9 @@ class FedSelectEnv(gym.Env):
 
     @on_env_threads
     def query_losses(self, clients: Any) -> np.ndarray:
-        """Ask available clients for their loss F_k(w_t) on the current global model before selecting.
-
-        Power-of-Choice's query (``agents/pow_d.py``): counted in ``info["loss_queries"]``; it changes
-        nothing else. :raises ValueError: for ids that are not distinct available clients.
-        """
+        """Ask available clients for their loss F_k(w_t) on the current global model before selecting: Power-of-
+        Choice's query (``agents/pow_d.py``), counted in ``info["loss_queries"]``, changing nothing else.
+        :raises ValueError: for ids that are not distinct available clients."""
         if self.federation is None:
             raise RuntimeError("call reset() before query_losses()")
         ids = np.asarray(clients)

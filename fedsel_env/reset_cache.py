@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import json
-from typing import Any, Dict, Hashable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -73,6 +73,7 @@ class ResetCache:
         self._entries: "collections.OrderedDict[Hashable, Tuple[Any, int]]" = collections.OrderedDict()
         self.bytes = 0
         self.hits = self.misses = 0
+        self._config_keys: Dict[int, Tuple[Mapping[str, Any], str]] = {}  # id(config) -> (config, config_key)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -104,6 +105,48 @@ class ResetCache:
             _, (_, dropped) = self._entries.popitem(last=False)
             self.bytes -= dropped
         return True
+
+    def key(self, config: Mapping[str, Any], seeds: Any, pca: int, options: Any = None) -> Optional[tuple]:
+        """The key of a reset of ``config`` with ``seeds`` (:class:`~fedsel_env.sim.federation.EpisodeSeeds`) and
+        the PCA's seed ``pca``; None where nothing is cached: ``workers > 1``, reset ``options``, a 0-byte cache."""
+        if config["workers"] > 1 or options or self.max_bytes == 0:
+            return None
+        memo = self._config_keys.get(id(config))
+        if memo is None or memo[0] is not config:
+            memo = self._config_keys[id(config)] = (config, config_key(config))
+        return (memo[1], seeds.federation, seeds.system, seeds.training, seeds.init, seeds.profiling, pca)
+
+    def restore(self, key: Optional[tuple], federation: Any, view_cls: type) -> Optional[Tuple[Any, float, bool]]:
+        """On a hit, put ``federation`` back in the state kept under ``key`` (torch's generator left as it is: a
+        reset draws nothing from it) and return ``(server view, profiling time, profiling diverged)``; else None."""
+        kept = self.get(key) if key is not None else None
+        if kept is None:
+            return None
+        fed_state, view_state, (profiling_time, broken) = kept
+        federation.restore({**fed_state, "torch_rng": torch.get_rng_state()})
+        return view_from_state(view_cls, view_state), profiling_time, broken
+
+    def store(self, key: Optional[tuple], federation: Any, view: Any, profiling_time: float, broken: bool) -> None:
+        """Keep what a reset under ``key`` left (nothing where ``key`` is None)."""
+        if key is not None:
+            state = federation.snapshot()
+            del state["torch_rng"]
+            self.put(key, (state, copy_view_state(view), (profiling_time, broken)))
+
+    def start(self, key: Optional[tuple], federation: Any, seeds: Any, pca: int, view_cls: type,
+              view_args: tuple):
+        """A reset's start of ``federation``: restored from the entry under ``key`` on a hit; else played (a
+        generator: it yields the profiling round's ``TrainRequest``, as ``Federation.start_steps`` does) on a new
+        ``view_cls(*view_args)`` (the server view) and kept. Returns ``(server view, profiling time, diverged)``."""
+        kept = self.restore(key, federation, view_cls)
+        if kept is not None:
+            return kept
+        report = yield from federation.start_steps(seeds)
+        view = view_cls(*view_args)
+        broken = view.start(report, pca_seed=pca)
+        view.open_round(federation.open_round())
+        self.store(key, federation, view, report.round_time, broken)
+        return view, report.round_time, broken
 
     def clear(self) -> None:
         self._entries.clear()

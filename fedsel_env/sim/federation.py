@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Generator, Optional, Sequence
+from typing import Any, Callable, Dict, Generator, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -56,6 +56,17 @@ class EpisodeSeeds:
     training: int
     init: int
     profiling: int
+
+    @staticmethod
+    def draw(config: Mapping[str, Any], rng: np.random.Generator) -> Tuple["EpisodeSeeds", int]:
+        """A reset's seeds and its PCA's seed, drawn from ``rng`` (the reset's generator): ``federation_seed`` fixes
+        the federation's; with ``init: federation``, w_0, the profiling round and the PCA map belong to the
+        federation (FAVOR)."""
+        s = [int(x) for x in rng.integers(0, 2**31 - 1, size=5)]
+        fed = config["federation_seed"] if config["federation_seed"] is not None else s[0]
+        init, pca, profiling = (s[3], s[4], s[2]) if config["init"] == "episode" else \
+            [int(x) for x in np.random.default_rng([fed, 8]).integers(0, 2**31 - 1, size=3)]
+        return EpisodeSeeds(fed, s[1], s[2], init, profiling), pca
 
 
 @dataclass

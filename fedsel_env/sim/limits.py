@@ -246,3 +246,12 @@ def check_value_shape(value: Any, field: str, what: Optional[str] = None) -> Non
 __all__ = ["FALLBACK_MEMORY", "MAX_INT_BITS", "MAX_VALUE_DEPTH", "MAX_VALUE_NODES", "TooLongInteger", "as_real",
            "check_value_shape", "format_bytes", "is_choice", "is_negative_zero", "memory_budget", "real_in",
            "reals_text", "refuse_if_too_big", "short"]
+
+
+def checked_seed(seed: Any) -> Optional[int]:
+    """A reset seed as an ``int`` (None stays None); anything but an integer >= 0 is a ``ValueError``."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:  # np.bool_ is no Integral
+        raise ValueError(f"reset seed {seed!r} is invalid: expected an integer >= 0 or None")
+    return int(seed)
