@@ -67,6 +67,15 @@ EPISODE_FIELDS = ("policy", "training_seed", "seed", "federation_seed", "rounds"
 
 
 # ============================================================================================ provenance
+def _cpu_model() -> Optional[str]:
+    """The CPU's model name from ``/proc/cpuinfo``; None where there is no such file (not Linux) or no such line."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def platform_info() -> Dict[str, Any]:
     """What a chunk's floats depend on beyond its commit: Python, numpy, torch and scikit-learn versions, the CPU
     and the vector unit torch dispatches to. Two machines at one commit can round differently (BLAS kernels differ
@@ -77,12 +86,7 @@ def platform_info() -> Dict[str, Any]:
     import sklearn
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = _cpu_model() or platform.processor() or platform.machine()
     return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__,
             "scikit-learn": sklearn.__version__, "cpu": cpu, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "torch_threads": torch.get_num_threads()}
