@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 import copy
 import json
-from typing import Any, Callable, Dict, Hashable, Mapping, Optional, Tuple
+from typing import Any, Dict, Hashable, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
