@@ -48,7 +48,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -294,6 +294,58 @@ def floor_rate(shape: RoundShape, data, e: int, seconds: float) -> float:
         fl.round()
         rounds += 1
     return e * rounds / (time.perf_counter() - start)
+
+
+def reset_flops(shape: RoundShape) -> Dict[str, float]:
+    """FLOPs of a fresh reset by part: the profiling round (every client's loss pass at w_0 and one local run
+    from it: :func:`round_flops` with K = N and every client's own size; FedAvg; the evaluation), and FAVOR's PCA
+    over the N + 1 models — the Gram fit (2 (N+1)² P for X_c X_cᵀ, 2 d (N+1) P for the axes; the (N+1)² eigen-
+    decomposition left out) and the projection of the N + 1 rows, 2 (N+1) P d."""
+    n1, p = len(shape.sizes) + 1, shape.params
+    f = round_flops(replace(shape, k=len(shape.sizes)), shape.sizes)
+    return {**f, "PCA fit": 2.0 * n1 * n1 * p + 2.0 * shape.d * n1 * p}
+
+
+def reset_floor(shape: RoundShape, data, repeats: int = 3, seed: int = 0) -> Dict[str, float]:
+    """Seconds of a fresh reset's kernels with no env logic (the fastest of ``repeats``), by part.
+
+    ``profiling round``: the floor's round (:class:`Floor`, E = 1) with K = N — every client's loss pass, one
+    local epoch of every client from w_0 in cache-sized stacks, FedAvg, the evaluation, the N + 1 projections
+    (float32). ``PCA fit``: the cheaper of two exact-enough fits of an (N+1, P) float64 matrix, each alone —
+    the Gram products (``server_view.gram_pca``'s arithmetic: X_c X_cᵀ, ``eigh``, Uᵀ X_c) and scikit-learn's
+    ``PCA(d).fit`` (what the env's default ``pca_fit: auto`` calls on the CPU; randomized where scikit-learn
+    picks it). Building the federation (reading and partitioning the data) is env work, not arithmetic: it is
+    in the env's reset and not here.
+    """
+    import torch
+    from sklearn.decomposition import PCA
+
+    n = len(shape.sizes)
+    owner = torch.from_numpy(np.repeat(np.arange(n), np.diff(data.test_offsets)))
+    fl = Floor(replace(shape, k=n), data.x_train, data.y_train, data.train_offsets, data.x_test, data.y_test,
+               owner, 1, seed)
+    stacked = torch.randn(n + 1, shape.params, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    d = min(shape.d, n + 1)
+
+    def gram() -> None:
+        xc = stacked - stacked.mean(dim=0)
+        _, u = torch.linalg.eigh(xc @ xc.T)
+        (u[:, -d:].T @ xc)
+
+    def sklearn() -> None:
+        PCA(n_components=d, random_state=seed).fit(stacked.numpy())
+
+    best: Dict[str, float] = {}
+    for label, run in (("profiling round", fl.round), ("Gram fit", gram), ("scikit-learn fit", sklearn)):
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - t)
+        best[label] = min(times)
+    best["PCA fit"] = min(best["Gram fit"], best["scikit-learn fit"])
+    best["floor"] = best["profiling round"] + best["PCA fit"]
+    return best
 
 
 #: the env at E is measured only when E sub-envs' data take less than this share of the available memory (the

@@ -5,6 +5,7 @@ checkouts, measured in one run.
     python bench/reset_speed.py --trees /tmp/before .          # before / after: each tree's code, interleaved
     python bench/reset_speed.py --scenarios FMNISTControl --profile 25   # where the reset's time goes (cProfile)
     python bench/reset_speed.py --variant pca_fit=gram   # each tree also with these config fields, interleaved
+    python bench/reset_speed.py --floor                  # and each scenario's reset floor beside it
 
 The env is what RL training builds (``bench/bench_scale.py``'s ``scenario_config``): the scenario's config, the
 objective as the reward, ``federation_seed: null`` — so every reset partitions a new federation, draws w_0, runs
@@ -13,6 +14,12 @@ process on one torch thread: one reset first (imports, file reads, caches), then
 other seeds; the trees take turns ``--repeats`` times, so load that comes and goes falls on all of them. Prints
 the mean and the fastest reset per (scenario, tree) and the load average beside each. A benchmark, not a test:
 figures go to docs/PERFORMANCE.md with the command and the load.
+
+``--floor`` adds, per scenario, what a fresh reset's arithmetic costs with no env logic
+(``bench/bench_floor.py``'s ``reset_floor``: the profiling round's kernels — every client's loss pass, local epoch,
+FedAvg, the evaluation and projections — and the cheaper PCA fit), measured in this process just after the
+scenario's resets, its GFLOP, and floor / fastest reset per run (1: at the floor; below 0.5: more than 2× from it).
+Where the floor itself exceeds 0.5 s, issue #43's "fresh reset ≤ 0.5 s" lies beyond this CPU's arithmetic.
 """
 from __future__ import annotations
 
@@ -82,6 +89,8 @@ def main() -> None:
                    help="time each tree also with these config fields (e.g. pca_fit=gram), interleaved")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="print cProfile's top N functions (cumulative) of the timed resets to stderr")
+    p.add_argument("--floor", action="store_true",
+                   help="also measure each scenario's reset floor (bench/bench_floor.py's reset_floor)")
     args = p.parse_args()
     trees = [t.resolve() for t in args.trees]
     from agents.training.cli import parse_key_values
@@ -99,14 +108,27 @@ def main() -> None:
     if variant:
         print(f"# variant: {' '.join(args.variant)} (the columns marked +)")
     names_of = [f"tree {i % len(trees)}{' +' if i >= len(trees) else ''}" for i in range(len(runs))]
-    print("| scenario | " + " | ".join(f"{n} mean s | {n} min s" for n in names_of) + " | load |")
-    print("|---|" + "---:|" * (2 * len(runs) + 1))
+    floor_cols = ["GFLOP", "floor: profiling round s", "floor: PCA fit s (Gram / scikit-learn)", "floor s"] + \
+        [f"floor / {n} min" for n in names_of] if args.floor else []
+    if args.floor:
+        import torch
+
+        torch.set_num_threads(1)
+        from bench.bench_floor import reset_floor, reset_flops, scenario_shape
+    print("| scenario | " + " | ".join([f"{n} mean s | {n} min s" for n in names_of] + floor_cols) + " | load |")
+    print("|---|" + "---:|" * (2 * len(runs) + len(floor_cols) + 1))
     for name in args.scenarios:
         times = {i: [] for i in range(len(runs))}
         for _ in range(args.repeats):
             for i, (t, extra) in enumerate(runs):
                 times[i] += reset_times(t, name, args.resets, args.profile, extra)
         cells = [f"{sum(times[i]) / len(times[i]):.3f} | {min(times[i]):.3f}" for i in range(len(runs))]
+        if args.floor:
+            shape, data = scenario_shape(name)
+            fl = reset_floor(shape, data)
+            cells += [f"{sum(reset_flops(shape).values()) / 1e9:.2f}", f"{fl['profiling round']:.3f}",
+                      f"{fl['PCA fit']:.3f} ({fl['Gram fit']:.3f} / {fl['scikit-learn fit']:.3f})",
+                      f"{fl['floor']:.3f}"] + [f"{fl['floor'] / min(times[i]):.2f}" for i in range(len(runs))]
         print(f"| {name} | " + " | ".join(cells) + f" | {os.getloadavg()[0]:.1f} |", flush=True)
     print(f"# load after: {os.getloadavg()}")
 

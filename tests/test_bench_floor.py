@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from bench.bench_floor import Floor, RoundShape, round_flops
+from bench.bench_floor import Floor, RoundShape, reset_flops, round_flops
 
 
 def test_round_flops_of_a_tiny_mlp_by_hand():
@@ -40,3 +40,14 @@ def test_the_floors_sgd_step_is_the_gradient_step_of_the_mean_cross_entropy():
                           for m in (model[0], model[2]) for p in (m.weight, m.bias)])
     assert torch.allclose(out[0], expected, atol=1e-6)
     assert not torch.equal(out[0], start[0])
+
+
+def test_reset_flops_are_a_round_of_every_client_and_the_gram_fit():
+    # N = 3 clients of 5, 15, 25 samples; layers 4→3→2 (18 multiply-adds a sample, P = 23); d = 2
+    shape = RoundShape(((4, 3), (3, 2)), np.array([5, 15, 25]), k=2, epochs=1, batch=10, test_rows=7, d=2)
+    f = reset_flops(shape)
+    assert f["loss pass"] == 2 * 18 * 45                      # every client's rows at w_0
+    assert f["training"] == 45 * 2 * 42 + (1 + 2 + 3) * 2 * 23  # one epoch of every client, ⌈n/10⌉ steps each
+    assert f["aggregation"] == 2 * 3 * 23 and f["evaluation"] == 2 * 18 * 7
+    assert f["projections"] == 2 * 4 * 23 * 2                 # the N + 1 = 4 profiling models
+    assert f["PCA fit"] == 2 * 4 * 4 * 23 + 2 * 2 * 4 * 23    # X_c X_cᵀ and the d axes Uᵀ X_c

@@ -144,6 +144,34 @@ def test_the_float32_projection_computes_in_float32_and_refuses_other_dtypes():
         WeightPCA(x, 4, seed=0, dtype=torch.float16)
 
 
+def test_the_projection_of_float32_weights_is_the_converted_weights_projection_bit_for_bit():
+    # project() subtracts the float64 mean from float32 weights in one kernel (issue #43): the same numbers as
+    # converting them first; float64 weights into a float32 projection are still converted first
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(30, 500, dtype=torch.float64, generator=g)
+    new = torch.randn(5, 500, generator=g)
+    pca = WeightPCA(x, 8, seed=0)
+    mean, comps = pca.mean, pca.components
+    assert np.array_equal(pca.project(new), ((new.double() - mean) @ comps.T).numpy())
+    assert np.array_equal(pca.project(new[0]), ((new[0].double() - mean) @ comps.T).numpy())
+    f32 = WeightPCA(x, 8, seed=0, dtype=torch.float32)
+    assert np.array_equal(f32.project(new.double()), ((new - mean.float()) @ comps.float().T).numpy())
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randn(5, 7), lambda: torch.randn(5, 7, dtype=torch.float64),
+                                  lambda: torch.randn(4, 6)[:, ::2], lambda: torch.randn(3, requires_grad=True),
+                                  lambda: torch.randn(3).to(torch.bfloat16), lambda: torch.zeros(0)])
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -float("inf")])
+def test_all_finite_is_torchs_isfinite_all(make, bad):
+    from fedsel_env.sim.training import all_finite
+
+    t = make()
+    if bad is not None and t.numel():
+        t = t.detach().clone()
+        t.view(-1)[-1] = bad
+    assert all_finite(t) is bool(torch.isfinite(t).all())
+
+
 @pytest.mark.parametrize("field, value", [("pca_fit", "qr"), ("pca_fit", None), ("pca_dtype", "float16"),
                                           ("pca_dtype", 32)])
 def test_a_bad_pca_setting_names_the_field_and_the_choices(field, value):

@@ -37,7 +37,7 @@ from .device import gradient_chunk, training_chunk, use_deterministic
 from .models import init_params
 from .parallel import ParallelTrainer, WorkerPool
 from .system import SystemModel
-from .training import BatchedTrainer
+from .training import BatchedTrainer, all_finite
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ class Federation:
     def _apply_steps(self, w_next: torch.Tensor, responders: np.ndarray, losses: np.ndarray):
         """Adopt w_{t+1} unless it diverged; (diverged, share of responders whose true loss did not rise).
         A generator: it yields the responders' loss pass under w_{t+1} as a :class:`LossRequest`."""
-        diverged = not bool(torch.isfinite(w_next).all())
+        diverged = not all_finite(w_next)
         improved = 0.0 if diverged else float("nan")
         after_cache = {}
         if not diverged and self.cfg["track_improvement"]:

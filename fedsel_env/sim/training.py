@@ -61,6 +61,17 @@ class ParamLayout:
         return out
 
 
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every entry of ``t`` is finite (``bool(torch.isfinite(t).all())``).
+
+    On the CPU through numpy: torch's took 231 µs for a round's (5, 4,810) float32 local models where numpy's
+    took 11 µs, two calls of every env round (issue #43). Elsewhere (a GPU; a dtype numpy lacks), torch's.
+    """
+    if t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64):
+        return bool(np.isfinite(t.detach().numpy()).all())
+    return bool(torch.isfinite(t).all())
+
+
 class BatchedTrainer:
     """Runs local SGD for several clients at once, and the server's evaluation passes.
 
