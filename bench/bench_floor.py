@@ -35,7 +35,10 @@ floor is a little high there), and projects in float32 (the env projects in floa
 Printed per scenario, in one run (the ratios are the figures; the load is printed with each row): FLOPs a
 round, the floor's rounds/s at E = 1, 16, 64 (``--sizes``), the env's rounds/s (``bench/bench_scale.py``'s
 ``single_rate`` and ``batched_rate``: random ``topk`` scores, resets included) single and batched, and
-env / floor. Each floor is measured just before and just after the env at the same E and the faster kept, so a
+env / floor. The env's figures include its resets (a new federation's profiling round and PCA fit after every
+episode), which the round's floor does not; so each measurement also times the steps apart from the resets, and the
+last columns give the mean rounds an episode and the steps alone / floor — the like-for-like ratio of a round's
+cost (a fresh reset's own floor: ``bench/reset_speed.py --floor``). Each floor is measured just before and just after the env at the same E and the faster kept, so a
 ratio compares figures taken minutes apart at most; the env at E is skipped (nan) where E sub-envs' data would
 take more than half the available memory (``MEMORY_SHARE``). ``--profile STEPS`` adds ``bench/vector_env.py``'s profile of STEPS vector steps at the largest E.
 A benchmark, not a test: figures go to docs/PERFORMANCE.md.
@@ -388,7 +391,8 @@ def main() -> None:
     cols = [f"floor E={e}" for e in sizes]
     if not args.no_env:
         cols += ["env single"] + [f"env E={e}" for e in sizes[1:]] + ["single / floor E=1"] + \
-                [f"env / floor E={e}" for e in sizes[1:]]
+                [f"env / floor E={e}" for e in sizes[1:]] + ["rounds an episode"] + \
+                [f"steps alone / floor E={e}" for e in sizes]
     from bench.bench_scale import batched_rate, scenario_config, single_rate
     print("| scenario | MFLOP a round (loss, train, eval, proj) | " + " | ".join(cols) + " | load |")
     print("|---|---|" + "---:|" * (len(cols) + 1))
@@ -407,22 +411,25 @@ def main() -> None:
         parts = ", ".join(f"{f[k] / 1e6:.2f}" for k in ("loss pass", "training", "evaluation", "projections"))
         # each floor measured just before and just after the env's measurement at that E, the faster kept: the
         # ratio compares figures taken under the same load (the load of a shared machine moves by the minute)
-        floors, env = {}, {}
+        floors, env, steps, episode = {}, {}, {}, {}
         per_env = data.x_train.nbytes + data.x_test.nbytes  # each sub-env's own federation's data
+        nan = (float("nan"),) * 4
         for e in sizes:
             before = floor_rate(shape, data, e, args.seconds)
             if args.no_env:
-                env[e] = float("nan")
+                got = nan
             elif e == 1:
-                env[e] = single_rate(cfg, args.seconds)[0]
+                got = single_rate(cfg, args.seconds)
             elif e * per_env < MEMORY_SHARE * available():
-                env[e] = batched_rate(cfg, e, args.seconds)[0]
+                got = batched_rate(cfg, e, args.seconds)
             else:
-                env[e] = float("nan")
+                got = nan
+            env[e], steps[e], episode[e] = got[0], got[2], got[3]
             floors[e] = max(before, floor_rate(shape, data, e, args.seconds)) if env[e] == env[e] else before
         cells = [f"{floors[e]:.1f}" for e in sizes]
         if not args.no_env:
             cells += [f"{env[e]:.1f}" for e in sizes] + [f"{env[e] / floors[e]:.2f}" for e in sizes]
+            cells += [f"{np.nanmean([episode[e] for e in sizes]):.1f}"] + [f"{steps[e] / floors[e]:.2f}" for e in sizes]
         print(f"| {label} | {sum(f.values()) / 1e6:.2f} ({parts}) | " + " | ".join(cells) +
               f" | {os.getloadavg()[0]:.1f} |", flush=True)
         if args.profile:

@@ -48,7 +48,8 @@ def scenario_config(name: str, device: str) -> Dict[str, Any]:
 
 
 def single_rate(cfg: Dict[str, Any], seconds: float) -> tuple:
-    """(rounds/s of one env under random scores, resets included; mean fresh-federation reset seconds)."""
+    """(rounds/s of one env under random scores, resets included; mean fresh-federation reset seconds; rounds/s
+    of its steps alone, the episodes' resets timed apart; mean rounds of the episodes that ended (nan: none did))."""
     from fedsel_env.env import FedSelectEnv
 
     env = FedSelectEnv(config=cfg)
@@ -60,34 +61,64 @@ def single_rate(cfg: Dict[str, Any], seconds: float) -> tuple:
             t = time.perf_counter()
             env.reset(seed=s)
             resets.append(time.perf_counter() - t)
-        start, rounds, seed = time.perf_counter(), 0, 10
+        start, rounds, seed, in_resets = time.perf_counter(), 0, 10, 0.0
+        lengths, current = [], 0  # rounds of each episode that ended; of the one under way
         while rounds < 3 or time.perf_counter() - start < seconds:
             _obs, _r, term, trunc, _info = env.step(env.action_space.sample())
-            rounds += 1
+            rounds, current = rounds + 1, current + 1
             if term or trunc:
-                seed += 1
+                seed, lengths, current = seed + 1, lengths + [current], 0
+                t = time.perf_counter()
                 env.reset(seed=seed)
-        return rounds / (time.perf_counter() - start), float(np.mean(resets))
+                in_resets += time.perf_counter() - t
+        wall = time.perf_counter() - start
+        return rounds / wall, float(np.mean(resets)), rounds / (wall - in_resets), \
+            float(np.mean(lengths)) if lengths else float("nan")
     finally:
         env.close()
 
 
 def batched_rate(cfg: Dict[str, Any], e: int, seconds: float) -> tuple:
-    """(aggregate rounds/s of a FedSelectVectorEnv of ``e`` sub-envs; seconds to build it and reset it once)."""
+    """(aggregate rounds/s of a FedSelectVectorEnv of ``e`` sub-envs, resets included; seconds to build it and
+    reset it once; aggregate rounds/s of its steps alone; mean rounds of the episodes that ended (nan: none did; a
+    window shorter than an episode holds few resets, and its figure with resets is then mostly steps)).
+
+    Autoreset is off (``disabled``): every vector step is a round of every sub-env, and the sub-envs whose
+    episodes ended are reset after it (``options={"reset_mask": ...}``, all of them together, as the
+    ``next_step`` mode resets them in the next step), timed apart from the steps."""
     from fedsel_env.vector import FedSelectVectorEnv
 
     t = time.perf_counter()
-    envs = FedSelectVectorEnv(e, config=cfg)
+    envs = FedSelectVectorEnv(e, config=cfg, autoreset_mode="disabled")
     try:
         envs.action_space.seed(0)
         envs.reset(seed=0)
         build = time.perf_counter() - t
-        envs.step(envs.action_space.sample())  # warm-up
-        start, steps = time.perf_counter(), 0
+
+        current = np.zeros(e, dtype=np.int64)  # rounds of each sub-env's episode under way
+        lengths: List[int] = []                 # rounds of each episode that ended
+
+        def play() -> float:  # one vector step, then the resets it calls for: their seconds
+            _obs, _r, term, trunc, _info = envs.step(envs.action_space.sample())
+            current[:] += 1
+            ended = term | trunc
+            if not ended.any():
+                return 0.0
+            lengths.extend(current[ended].tolist())
+            current[ended] = 0
+            t0 = time.perf_counter()
+            envs.reset(options={"reset_mask": ended})
+            return time.perf_counter() - t0
+
+        play()  # warm-up
+        lengths.clear()
+        start, steps, in_resets = time.perf_counter(), 0, 0.0
         while steps < 3 or time.perf_counter() - start < seconds:
-            envs.step(envs.action_space.sample())
+            in_resets += play()
             steps += 1
-        return e * steps / (time.perf_counter() - start), build
+        wall = time.perf_counter() - start
+        return e * steps / wall, build, e * steps / (wall - in_resets), \
+            float(np.mean(lengths)) if lengths else float("nan")
     finally:
         envs.close()
 
@@ -148,10 +179,10 @@ def main() -> None:
         cfg = scenario_config(name, args.device)
         cells, builds = [], []
         if not args.no_single:
-            single, reset = single_rate(cfg, args.seconds)
+            single, reset = single_rate(cfg, args.seconds)[:2]
             cells.append(f"{single:.1f}")
         for e in args.sizes:
-            r, build = batched_rate(cfg, e, args.seconds)
+            r, build = batched_rate(cfg, e, args.seconds)[:2]
             cells.append(f"{r:.1f}")
             builds.append(f"{build:.1f}")
         if not args.no_single:

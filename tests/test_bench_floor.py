@@ -51,3 +51,16 @@ def test_reset_flops_are_a_round_of_every_client_and_the_gram_fit():
     assert f["aggregation"] == 2 * 3 * 23 and f["evaluation"] == 2 * 18 * 7
     assert f["projections"] == 2 * 4 * 23 * 2                 # the N + 1 = 4 profiling models
     assert f["PCA fit"] == 2 * 4 * 4 * 23 + 2 * 2 * 4 * 23    # X_c X_cᵀ and the d axes Uᵀ X_c
+
+
+def test_the_env_rates_time_the_resets_apart():
+    # bench_scale's rates (bench_floor's env columns): every episode of 2 rounds ends in a reset, timed apart from
+    # the steps; the steps alone are faster than the steps with their resets, and an episode is 2 rounds
+    from bench.bench_scale import batched_rate, single_rate
+    from fedsel_env.config import PRESETS
+
+    cfg = {**PRESETS["tiny"], "max_rounds": 2, "federation_seed": None}
+    with_resets, _reset_s, alone, episode = single_rate(cfg, seconds=0.0)
+    assert alone > with_resets > 0 and episode == 2
+    with_resets, _build, alone, episode = batched_rate(cfg, 3, seconds=0.0)
+    assert alone > with_resets > 0 and episode == 2
