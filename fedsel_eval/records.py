@@ -248,6 +248,10 @@ def figures_in(value: Any) -> int:
 
 
 # ============================================================================================ the record
+#: how the note of a chunk carried from a committed record starts (:meth:`Record.chunk_of`)
+CARRIED = "carried from the committed record's chunk"
+
+
 class Record:
     """A record being written (or one loaded: :func:`load`).
 
@@ -285,8 +289,10 @@ class Record:
         if src is None:
             return default
         if src["id"] not in self._carried:
-            self._carried[src["id"]] = self.chunk({**src, "platform": src.get("platform")}, note=f"carried from the committed record's chunk {src['id']} "
-                                                            f"({src.get('note', '')}): {why}")
+            note = src.get("note", "")
+            if not note.startswith(CARRIED):  # carried again: its note already says where it came from (no nesting)
+                note = f"{CARRIED} {src['id']} ({note}): {why}"
+            self._carried[src["id"]] = self.chunk({**src, "platform": src.get("platform")}, note=note)
         return self._carried[src["id"]]
 
     def carry(self, row: Mapping[str, Any], default: str, why: str = "not played on this machine") -> Dict[str, Any]:

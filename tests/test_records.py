@@ -141,6 +141,10 @@ def test_chunk_of_keeps_a_carried_rows_commit_one_chunk_per_source():
     assert (commits[a1], commits[b]) == ("aaa", "bbb")
     note = next(c["note"] for c in rec.chunks if c["id"] == a1)
     assert "chunk c0" in note and "old episodes" in note and "models not here" in note
+    # carried again by the next record: the note stays as it was, not wrapped in another "carried from"
+    again = records.Record("x", config={})
+    a2 = again.chunk_of({"_carried_from": {"id": a1, "commit": "aaa", "note": note}}, again.chunk({"commit": "newer"}))
+    assert next(c["note"] for c in again.chunks if c["id"] == a2) == note
 
 
 def test_a_chunk_names_the_platform_its_floats_came_from_and_a_carried_one_keeps_its_own(tmp_path):
